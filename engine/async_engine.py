@@ -1,0 +1,147 @@
+"""The engine's async face: submit -> async stream of events, abort, stats.
+
+One dedicated thread runs the step loop (torch releases the GIL inside its
+kernels, so the event loop stays responsive). Commands go in through a
+thread-safe inbox; events come back to each request's asyncio.Queue through
+`call_soon_threadsafe`, once per step for the whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from vigil.engine.llm_engine import LLMEngine
+from vigil.engine.request import (
+    EngineEvent,
+    FinishEvent,
+    FinishReason,
+    GenerationRequest,
+    RequestId,
+)
+from vigil.engine.stats import EngineStats
+
+log = logging.getLogger(__name__)
+
+_IDLE_WAIT_S = 0.5  # how long the idle loop blocks on its inbox before checking for stop
+
+
+@dataclass(frozen=True, slots=True)
+class _Add:
+    request: GenerationRequest
+
+
+@dataclass(frozen=True, slots=True)
+class _Abort:
+    request_id: RequestId
+
+
+class AsyncLLMEngine:
+    def __init__(self, core: LLMEngine) -> None:
+        self.core = core
+        self._inbox: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
+        self._streams: dict[RequestId, asyncio.Queue[EngineEvent]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stats = core.stats()
+
+    @property
+    def name(self) -> str:
+        return self.core.lm.name
+
+    def start(self) -> None:
+        assert self._thread is None, "engine already started"
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name=f"engine-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._inbox.put(None)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def stats(self) -> EngineStats:
+        """The snapshot taken after the latest step (no locking: it is replaced whole)."""
+        return self._stats
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Raise RequestRejected now, before a response starts, for a request the
+        engine could never serve."""
+        self.core.check_request(request)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+        """Events for one request until its FinishEvent. Closing the iterator early
+        (a client that went away) aborts the request at the next step."""
+        self.core.check_request(request)
+        rid = request.request_id
+        events: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self._streams[rid] = events
+        self._inbox.put(_Add(request))
+        finished = False
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, FinishEvent):
+                    finished = True
+                    yield event
+                    return
+                yield event
+        finally:
+            if not finished:
+                self.abort(rid)
+
+    def abort(self, request_id: RequestId) -> None:
+        self._inbox.put(_Abort(request_id))
+
+    def _run(self) -> None:
+        while True:
+            commands = self._take_commands(block=not self.core.has_work())
+            if commands is None:
+                return
+            events = [event for command in commands for event in self._apply(command)]
+            events.extend(self.core.step())
+            self._stats = self.core.stats()
+            if events:
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._dispatch, events)
+
+    def _take_commands(self, block: bool) -> list[_Add | _Abort] | None:
+        """Everything in the inbox; waits a while first when idle. None means stop."""
+        commands: list[_Add | _Abort | None] = []
+        try:
+            if block:
+                commands.append(self._inbox.get(timeout=_IDLE_WAIT_S))
+            while True:
+                commands.append(self._inbox.get_nowait())
+        except queue.Empty:
+            pass
+        if None in commands:
+            return None
+        return [c for c in commands if c is not None]
+
+    def _apply(self, command: _Add | _Abort) -> list[tuple[RequestId, EngineEvent]]:
+        if isinstance(command, _Abort):
+            return self.core.abort_request(command.request_id)
+        try:
+            self.core.add_request(command.request)
+        except Exception as exc:
+            log.warning("request %s rejected: %s", command.request.request_id, exc)
+            clock = command.request.clock
+            event = FinishEvent(FinishReason.ERROR, "", len(command.request.prompt_ids), 0,
+                                clock, str(exc))
+            return [(command.request.request_id, event)]
+        return []
+
+    def _dispatch(self, events: list[tuple[RequestId, EngineEvent]]) -> None:
+        for rid, event in events:
+            stream = self._streams.get(rid)
+            if stream is None:
+                continue  # the consumer already left
+            stream.put_nowait(event)
+            if isinstance(event, FinishEvent):
+                del self._streams[rid]

@@ -1,0 +1,200 @@
+"""The synchronous engine core: schedule -> run -> update, one step at a time.
+
+Not thread-safe; AsyncLLMEngine drives it from a single thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from vigil.engine.detokenizer import IncrementalDetokenizer
+from vigil.engine.kv_cache import BlockPool
+from vigil.engine.loaders.llm import LanguageModel
+from vigil.engine.request import (
+    EngineEvent,
+    FinishEvent,
+    FinishReason,
+    GenerationRequest,
+    Priority,
+    RequestId,
+    TokenEvent,
+)
+from vigil.engine.runner import ModelRunner, StepResult, kv_bytes_per_token
+from vigil.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
+from vigil.engine.sequence import Sequence
+from vigil.engine.stats import EngineStats, StepStats
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    block_size: int = 16
+    kv_cache_memory_bytes: int = 1 << 30
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None  # None: the model's own context window
+
+
+class RequestRejected(ValueError):
+    """A request the engine can never serve (it is bad input, not back-pressure)."""
+
+
+@dataclass(slots=True)
+class _Output:
+    detok: IncrementalDetokenizer
+
+
+class LLMEngine:
+    def __init__(self, lm: LanguageModel, config: EngineConfig) -> None:
+        self.lm = lm
+        self.config = config
+        bytes_per_block = kv_bytes_per_token(lm) * config.block_size
+        num_blocks = config.kv_cache_memory_bytes // bytes_per_block
+        if num_blocks < 1:
+            raise ValueError(
+                f"KV cache memory {config.kv_cache_memory_bytes} bytes is less than one "
+                f"block ({bytes_per_block} bytes)"
+            )
+        self.max_model_len = min(lm.config.max_position, config.max_model_len or 1 << 62)
+        self.pool = BlockPool(num_blocks)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.block_size),
+            self.pool,
+        )
+        self.runner = ModelRunner(lm, num_blocks, config.block_size)
+        self._seqs: dict[RequestId, Sequence] = {}
+        self._outputs: dict[RequestId, _Output] = {}
+        self._num_steps = 0
+        self._last_step: StepStats | None = None
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.pool.num_blocks * self.config.block_size
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Raise RequestRejected for a request this engine could never serve. Reads
+        only sizes fixed at start-up, so it is safe to call from any thread."""
+        num_prompt = len(request.prompt_ids)
+        if num_prompt == 0:
+            raise RequestRejected("the prompt is empty")
+        total = num_prompt + request.params.max_tokens
+        limit = min(self.max_model_len, self.kv_capacity_tokens)
+        if total > limit:
+            raise RequestRejected(
+                f"prompt ({num_prompt} tokens) plus max_tokens ({request.params.max_tokens}) "
+                f"exceeds the context window of {limit} tokens"
+            )
+
+    def add_request(self, request: GenerationRequest) -> None:
+        self.check_request(request)
+        if request.request_id in self._seqs:
+            raise RequestRejected(f"request id {request.request_id!r} is already running")
+        seq = Sequence(request, arrival_index=0)
+        self._seqs[request.request_id] = seq
+        stop = request.params.stop
+        self._outputs[request.request_id] = _Output(IncrementalDetokenizer(self.lm.tokenizer, stop))
+        self.runner.add_request(request.request_id, request.params.seed)
+        self.scheduler.add(seq)
+
+    def abort_request(self, request_id: RequestId) -> list[tuple[RequestId, EngineEvent]]:
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return []
+        return [(request_id, self._finish(seq, FinishReason.ABORT, "", time.monotonic()))]
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[tuple[RequestId, EngineEvent]]:
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if plan.is_empty:
+            return []
+        t1 = time.perf_counter()
+        now = time.monotonic()
+        for item in plan.scheduled:
+            if item.seq.request.clock.scheduled_ts is None:
+                item.seq.request.clock.scheduled_ts = now
+        try:
+            result = self.runner.execute(plan)
+        except Exception as exc:  # a failed forward must not take the engine down
+            log.exception("engine step failed")
+            return self._fail(plan, f"engine step failed: {exc}")
+        self.scheduler.update(plan, result.sampled)
+        t2 = time.perf_counter()
+        events = self._process_outputs(result)
+        t3 = time.perf_counter()
+        self._num_steps += 1
+        self._last_step = StepStats(
+            num_seqs=len(plan.scheduled),
+            num_tokens=plan.num_tokens,
+            num_decodes=sum(1 for s in plan.scheduled if s.num_new_tokens == 1),
+            schedule_s=t1 - t0,
+            prepare_s=result.prepare_s,
+            forward_s=result.forward_s,
+            sample_s=result.sample_s,
+            output_s=t3 - t2,
+        )
+        return events
+
+    def _process_outputs(self, result: StepResult) -> list[tuple[RequestId, EngineEvent]]:
+        events: list[tuple[RequestId, EngineEvent]] = []
+        now = time.monotonic()
+        eos = self.lm.tokenizer.eos_token_ids
+        for rid, token in result.sampled.items():
+            seq = self._seqs[rid]
+            params = seq.request.params
+            clock = seq.request.clock
+            if clock.first_token_ts is None:
+                clock.first_token_ts = now
+            clock.last_token_ts = now
+            detok = self._outputs[rid].detok
+            reason: FinishReason | None = None
+            if token in eos and not params.ignore_eos:
+                piece, reason = "", FinishReason.STOP
+            else:
+                piece = detok.push(token)
+                if detok.stopped:
+                    reason = FinishReason.STOP
+            if reason is None and (
+                len(seq.output_ids) >= params.max_tokens or seq.num_tokens >= self.max_model_len
+            ):
+                reason = FinishReason.LENGTH
+            events.append((rid, TokenEvent(piece, (token,), now)))
+            if reason is not None:
+                events.append((rid, self._finish(seq, reason, detok.finish(), now)))
+        return events
+
+    def _finish(self, seq: Sequence, reason: FinishReason, text: str, now: float,
+                error: str | None = None) -> FinishEvent:
+        rid = seq.request_id
+        self.scheduler.finish(seq)
+        self.runner.remove_request(rid)
+        del self._seqs[rid]
+        del self._outputs[rid]
+        seq.request.clock.finished_ts = now
+        return FinishEvent(reason, text, seq.num_prompt_tokens, len(seq.output_ids),
+                           seq.request.clock, error)
+
+    def _fail(self, plan: StepPlan, message: str) -> list[tuple[RequestId, EngineEvent]]:
+        now = time.monotonic()
+        return [
+            (item.seq.request_id, self._finish(item.seq, FinishReason.ERROR, "", now, message))
+            for item in plan.scheduled
+        ]
+
+    def stats(self) -> EngineStats:
+        waiting = self.scheduler.waiting
+        return EngineStats(
+            num_waiting_interactive=len(waiting[Priority.INTERACTIVE]),
+            num_waiting_batch=len(waiting[Priority.BATCH]),
+            num_running=len(self.scheduler.running),
+            num_kv_blocks_total=self.pool.num_blocks,
+            num_kv_blocks_used=self.pool.num_used,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_steps=self._num_steps,
+            last_step=self._last_step,
+        )

@@ -1,0 +1,66 @@
+"""Build a ready-to-run decoder from a GGUF file or a Hugging Face folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from vigil.engine.bundled import ModelFormat, ModelSource
+from vigil.engine.loaders import hf
+from vigil.engine.loaders.gguf import GGUFFile
+from vigil.engine.model.config import LlamaConfig
+from vigil.engine.model.llama import LlamaForCausalLM, RotaryEmbedding
+from vigil.engine.tokenizer import Tokenizer
+
+
+@dataclass(slots=True)
+class LanguageModel:
+    name: str
+    config: LlamaConfig
+    model: LlamaForCausalLM
+    tokenizer: Tokenizer
+    device: torch.device
+    dtype: torch.dtype
+
+
+def load_language_model(
+    source: ModelSource, device: torch.device, dtype: torch.dtype
+) -> LanguageModel:
+    if source.format is ModelFormat.GGUF:
+        file = GGUFFile(source.path)
+        cfg = file.config()
+        weights = file.state_dict(cfg, dtype)
+        tokenizer = file.tokenizer()
+    else:
+        raw = hf.read_config(source.path)
+        if raw.get("model_type") != "llama":
+            raise ValueError(
+                f"{source.path}: model_type {raw.get('model_type')!r} is not supported "
+                "for generation (only llama)"
+            )
+        cfg = LlamaConfig.from_hf(raw)
+        weights = hf.read_safetensors(source.path, dtype)
+        tokenizer = hf.read_tokenizer(source.path, raw, add_special_tokens=True)
+    model = build_llama(cfg, weights, device)
+    return LanguageModel(source.name, cfg, model, tokenizer, device, dtype)
+
+
+def build_llama(
+    cfg: LlamaConfig, weights: dict[str, torch.Tensor], device: torch.device
+) -> LlamaForCausalLM:
+    # Build on the meta device and adopt the loaded tensors: no time or memory
+    # spent on a random initialisation that would be overwritten.
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg)
+    allowed_missing = {"lm_head.weight"} if cfg.tie_word_embeddings else set()
+    result = model.load_state_dict(weights, strict=False, assign=True)
+    missing = set(result.missing_keys) - allowed_missing
+    unexpected = {k for k in result.unexpected_keys if not k.endswith("rotary_emb.inv_freq")}
+    if missing or unexpected:
+        raise ValueError(f"weights do not match the model: missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position, cfg.rope_theta)
+    return model.to(device).eval()

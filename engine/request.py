@@ -1,0 +1,89 @@
+"""What a generation request is, inside the engine, and what it emits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import NewType
+
+RequestId = NewType("RequestId", str)
+
+
+class Priority(IntEnum):
+    """Lower value is served first."""
+
+    INTERACTIVE = 0
+    BATCH = 1
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"  # EOS token or a stop string
+    LENGTH = "length"  # max_tokens or the context window
+    ABORT = "abort"  # the client went away or cancelled
+    ERROR = "error"  # the engine failed while running it
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 1.0  # 0 means greedy
+    top_k: int = 0  # 0 means no top-k cut
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(slots=True)
+class RequestClock:
+    """Monotonic timestamps (time.monotonic) from which every latency is derived."""
+
+    arrival_ts: float
+    scheduled_ts: float | None = None
+    first_token_ts: float | None = None
+    last_token_ts: float | None = None
+    finished_ts: float | None = None
+
+    @property
+    def queue_time_s(self) -> float | None:
+        return None if self.scheduled_ts is None else self.scheduled_ts - self.arrival_ts
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_ts is None else self.first_token_ts - self.arrival_ts
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """New output: `text` is safe to show (never half a UTF-8 character, never
+    part of a stop string); it may be empty while text is held back."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    token_ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class FinishEvent:
+    reason: FinishReason
+    text: str  # any held-back text released at the end
+    num_prompt_tokens: int
+    num_output_tokens: int
+    clock: RequestClock
+    error: str | None = None
+
+
+EngineEvent = TokenEvent | FinishEvent
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    request_id: RequestId
+    prompt_ids: list[int]
+    params: SamplingParams
+    priority: Priority = Priority.INTERACTIVE
+    clock: RequestClock = field(default_factory=lambda: RequestClock(0.0))

@@ -1,0 +1,138 @@
+"""Execute one StepPlan: a single forward pass for the whole batch, then sampling.
+
+Owns the KV cache memory: one tensor (layers, 2, num_blocks * block_size,
+kv_heads, head_dim), allocated once; a block's slots are
+`block_id * block_size + [0, block_size)`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from vigil.engine.loaders.llm import LanguageModel
+from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
+from vigil.engine.request import RequestId
+from vigil.engine.sampler import make_generator, sample
+from vigil.engine.scheduler import ScheduledSeq, StepPlan
+from vigil.engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class StepResult:
+    sampled: dict[RequestId, int]
+    prepare_s: float
+    forward_s: float
+    sample_s: float
+
+
+def kv_bytes_per_token(lm: LanguageModel) -> int:
+    cfg = lm.config
+    itemsize = torch.empty((), dtype=lm.dtype).element_size()
+    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * itemsize
+
+
+class ModelRunner:
+    def __init__(self, lm: LanguageModel, num_blocks: int, block_size: int) -> None:
+        cfg = lm.config
+        self.lm = lm
+        self.block_size = block_size
+        self.device = lm.device
+        self.kv_caches = torch.zeros(
+            (cfg.num_layers, 2, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim),
+            dtype=lm.dtype,
+            device=lm.device,
+        )
+        self._generators: dict[RequestId, torch.Generator] = {}
+
+    def add_request(self, request_id: RequestId, seed: int | None) -> None:
+        self._generators[request_id] = make_generator(seed, self.device)
+
+    def remove_request(self, request_id: RequestId) -> None:
+        self._generators.pop(request_id, None)
+
+    @torch.inference_mode()
+    def execute(self, plan: StepPlan) -> StepResult:
+        t0 = time.perf_counter()
+        decodes = [s for s in plan.scheduled if _is_decode(s)]
+        prefills = [s for s in plan.scheduled if not _is_decode(s)]
+        ordered = decodes + prefills
+        ids, positions, slots = self._flatten(ordered)
+        meta = AttentionMetadata(
+            slot_mapping=self._tensor(slots),
+            num_decodes=len(decodes),
+            decode_slots=None,
+            decode_mask=None,
+            prefills=[],
+        )
+        if decodes:
+            meta.decode_slots, meta.decode_mask = self._context_slots([s.seq for s in decodes])
+        row = len(decodes)
+        for item in prefills:
+            num_cached = item.seq.num_computed_tokens
+            context = None
+            if num_cached > 0:
+                context = self._slots_for(item.seq, num_cached + item.num_new_tokens)
+            meta.prefills.append(PrefillSpan(row, item.num_new_tokens, num_cached, context))
+            row += item.num_new_tokens
+        t1 = time.perf_counter()
+        hidden = self.lm.model(self._tensor(ids), self._tensor(positions), self.kv_caches, meta)
+        # Only the last row of each sampling sequence needs logits.
+        sample_rows, sampling = [], []
+        end = 0
+        for item in ordered:
+            end += item.num_new_tokens
+            if item.samples:
+                sample_rows.append(end - 1)
+                sampling.append(item.seq)
+        logits = self.lm.model.compute_logits(hidden[self._tensor(sample_rows)])
+        t2 = time.perf_counter()
+        tokens = sample(
+            logits,
+            [s.request.params for s in sampling],
+            [self._generators.get(s.request_id) for s in sampling],
+        )
+        t3 = time.perf_counter()
+        sampled = {s.request_id: tok for s, tok in zip(sampling, tokens, strict=True)}
+        return StepResult(sampled, t1 - t0, t2 - t1, t3 - t2)
+
+    def _flatten(self, items: list[ScheduledSeq]) -> tuple[list[int], list[int], list[int]]:
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        bs = self.block_size
+        for item in items:
+            seq = item.seq
+            start = seq.num_computed_tokens
+            for pos in range(start, start + item.num_new_tokens):
+                ids.append(seq.token_at(pos))
+                positions.append(pos)
+                slots.append(seq.block_ids[pos // bs] * bs + pos % bs)
+        return ids, positions, slots
+
+    def _context_slots(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, Lmax) slots of every cached position plus the new one, and the
+        (B, 1, 1, Lmax) mask of which entries are real."""
+        bs = self.block_size
+        lens = [s.num_computed_tokens + 1 for s in seqs]
+        max_blocks = max(len(s.block_ids) for s in seqs)
+        table = self._tensor([s.block_ids + [0] * (max_blocks - len(s.block_ids)) for s in seqs])
+        pos = torch.arange(max(lens), device=self.device)
+        slots = table[:, pos // bs] * bs + pos % bs
+        mask = pos.unsqueeze(0) < self._tensor(lens).unsqueeze(1)
+        return slots, mask[:, None, None, :]
+
+    def _slots_for(self, seq: Sequence, num_positions: int) -> torch.Tensor:
+        bs = self.block_size
+        pos = torch.arange(num_positions, device=self.device)
+        table = self._tensor(seq.block_ids)
+        return table[pos // bs] * bs + pos % bs
+
+    def _tensor(self, values: list[int] | list[list[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+
+def _is_decode(item: ScheduledSeq) -> bool:
+    return item.num_new_tokens == 1 and item.seq.num_computed_tokens > 0

@@ -1,0 +1,47 @@
+"""A request's state while the engine holds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from vigil.engine.kv_cache import BlockId
+from vigil.engine.request import GenerationRequest, Priority, RequestId
+
+
+class SeqStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    request: GenerationRequest
+    arrival_index: int  # FCFS order within a priority class
+    output_ids: list[int] = field(default_factory=list)
+    block_ids: list[BlockId] = field(default_factory=list)
+    # Tokens whose K/V are in the cache. The last sampled token is never
+    # computed yet: it is the next step's input.
+    num_computed_tokens: int = 0
+    status: SeqStatus = SeqStatus.WAITING
+
+    @property
+    def request_id(self) -> RequestId:
+        return self.request.request_id
+
+    @property
+    def priority(self) -> Priority:
+        return self.request.priority
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.request.prompt_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.request.prompt_ids) + len(self.output_ids)
+
+    def token_at(self, position: int) -> int:
+        prompt = self.request.prompt_ids
+        return prompt[position] if position < len(prompt) else self.output_ids[position - len(prompt)]

@@ -1,0 +1,46 @@
+"""Snapshots the engine publishes every step, read by metrics and the console."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    num_seqs: int  # sequences in the batch
+    num_tokens: int  # tokens fed through the model
+    num_decodes: int
+    schedule_s: float
+    prepare_s: float
+    forward_s: float
+    sample_s: float
+    output_s: float  # detokenize, stop checks, events
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.schedule_s + self.prepare_s + self.forward_s + self.sample_s + self.output_s
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    num_waiting_interactive: int
+    num_waiting_batch: int
+    num_running: int
+    num_kv_blocks_total: int
+    num_kv_blocks_used: int
+    num_preemptions: int
+    num_steps: int
+    last_step: StepStats | None
+
+    @property
+    def num_waiting(self) -> int:
+        return self.num_waiting_interactive + self.num_waiting_batch
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return self.num_kv_blocks_used / self.num_kv_blocks_total
+
+
+EMPTY_STATS = EngineStats(0, 0, 0, 1, 0, 0, 0, None)
