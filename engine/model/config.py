@@ -24,6 +24,10 @@ class LlamaConfig:
     def from_hf(cls, cfg: dict[str, Any]) -> LlamaConfig:
         """From a Hugging Face `config.json` of a Llama-family model."""
         num_heads = cfg["num_attention_heads"]
+        # transformers >= 5 writes rope_theta inside `rope_parameters`; older
+        # versions write it at the top level.
+        rope = cfg.get("rope_parameters") or {}
+        rope_theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
         return cls(
             vocab_size=cfg["vocab_size"],
             hidden_size=cfg["hidden_size"],
@@ -32,7 +36,7 @@ class LlamaConfig:
             num_heads=num_heads,
             num_kv_heads=cfg.get("num_key_value_heads") or num_heads,
             head_dim=cfg.get("head_dim") or cfg["hidden_size"] // num_heads,
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            rope_theta=float(rope_theta),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             max_position=cfg.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),

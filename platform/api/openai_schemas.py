@@ -1,0 +1,185 @@
+"""Request and response bodies of the OpenAI-compatible API.
+
+Unknown fields are refused (a typo must not be silently ignored); fields that
+OpenAI defines but Vigil does not implement are accepted only at their
+neutral value and otherwise get a 400 that names them (see `unsupported`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+NonNegativeFloat = Annotated[float, Meta(ge=0.0)]
+PositiveInt = Annotated[int, Meta(ge=1)]
+Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
+TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
+TopK = Annotated[int, Meta(ge=-1)]  # -1 or 0: no top-k cut (vLLM uses -1)
+Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+StopStrings = str | Annotated[list[Annotated[str, Meta(min_length=1)]], Meta(max_length=16)]
+
+
+class StreamOptions(Struct, forbid_unknown_fields=True):
+    include_usage: bool = False
+
+
+class TextPart(Struct, forbid_unknown_fields=True):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessageIn(Struct, forbid_unknown_fields=True):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
+    """Fields shared by chat and text completions."""
+
+    model: Annotated[str, Meta(min_length=1)]
+    max_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    seed: Seed | None = None
+    stop: StopStrings | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: PositiveInt = 1
+    user: str | None = None
+    ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: bool | None = None
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """(field, what to do) for the first field set to something Vigil cannot honour."""
+        if self.n != 1:
+            return "n", "only n=1 is supported; send several requests instead"
+        if self.presence_penalty != 0.0:
+            return "presence_penalty", "penalties are not supported; leave it at 0"
+        if self.frequency_penalty != 0.0:
+            return "frequency_penalty", "penalties are not supported; leave it at 0"
+        if self.logprobs:
+            return "logprobs", "log probabilities are not supported; leave it false"
+        return None
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
+    messages: Annotated[list[ChatMessageIn], Meta(min_length=1)]
+    max_completion_tokens: PositiveInt | None = None
+
+
+class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
+    prompt: Annotated[str, Meta(min_length=1)] | Annotated[list[int], Meta(min_length=1)]
+    echo: bool = False
+
+
+class EmbeddingRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    model: Annotated[str, Meta(min_length=1)]
+    input: (
+        Annotated[str, Meta(min_length=1)]
+        | Annotated[list[Annotated[str, Meta(min_length=1)]], Meta(min_length=1, max_length=2048)]
+    )
+    encoding_format: Literal["float"] = "float"
+    user: str | None = None
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+# ---- responses ------------------------------------------------------------
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatMessageOut(Struct):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(Struct):
+    index: int
+    message: ChatMessageOut
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class ChatCompletion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    object: Literal["chat.completion"] = "chat.completion"
+
+
+class CompletionChoice(Struct):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class Completion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    object: Literal["text_completion"] = "text_completion"
+
+
+class Embedding(Struct):
+    index: int
+    embedding: list[float]
+    object: Literal["embedding"] = "embedding"
+
+
+class EmbeddingUsage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(Struct):
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+    object: Literal["list"] = "list"
+
+
+class ModelCard(Struct):
+    id: str
+    created: int
+    owned_by: str
+    object: Literal["model"] = "model"
+
+
+class ModelList(Struct):
+    data: list[ModelCard]
+    object: Literal["list"] = "list"
+
+
+def sse(payload: Any) -> bytes:
+    """One Server-Sent Events message carrying a JSON payload."""
+    return b"data: " + msgspec.json.encode(payload) + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"

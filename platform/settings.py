@@ -1,0 +1,155 @@
+"""Settings, composed once at start-up from command-line flags and VIGIL_* variables.
+
+Nothing below this module reads the environment: the frozen records built here
+are passed down. A flag beats its variable, which beats the default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vigil.engine.bundled import MINILM, SMOLLM2
+
+
+class SettingsError(ValueError):
+    """A setting has a value Vigil cannot use; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    torch_threads: int | None = None  # None: one less than the CPU count
+    block_size: int = 16
+    kv_cache_memory_bytes: int = 1 << 30
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+    embed_max_batch_size: int = 32
+    embed_max_wait_ms: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path(".vigil")
+    database_url: str = ""  # "" means SQLite in data_dir
+    models: tuple[str, ...] = (SMOLLM2, MINILM)
+    log_level: str = "info"
+    engine: EngineSettings = field(default_factory=EngineSettings)
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or sqlite_url(self.data_dir)
+
+
+def sqlite_url(data_dir: Path) -> str:
+    return f"sqlite+aiosqlite:///{(data_dir / 'vigil.db').resolve()}"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """'1073741824', '512MiB', '2GB' -> bytes."""
+    m = _SIZE.match(text)
+    if not m:
+        raise SettingsError(f"not a size in bytes: {text!r} (examples: 536870912, 512MiB, 2GB)")
+    unit = (m.group(2) or "").lower().removesuffix("b")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(f"VIGIL_{name}")
+    return value if value not in (None, "") else None
+
+
+def _pick(flag: object, env: Mapping[str, str], name: str) -> str | None:
+    return str(flag) if flag is not None else _env(env, name)
+
+
+def _int(value: str | None, name: str, default: int, minimum: int = 1) -> int:
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {value!r}") from None
+    if number < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, got {number}")
+    return number
+
+
+def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> EngineSettings:
+    d = EngineSettings()
+    threads = _pick(flags.get("torch_threads"), env, "TORCH_THREADS")
+    max_len = _pick(flags.get("max_model_len"), env, "MAX_MODEL_LEN")
+    kv = _pick(flags.get("kv_cache_memory"), env, "KV_CACHE_MEMORY")
+    wait = _pick(flags.get("embed_max_wait_ms"), env, "EMBED_MAX_WAIT_MS")
+    return EngineSettings(
+        device=_pick(flags.get("device"), env, "DEVICE") or d.device,
+        dtype=_pick(flags.get("dtype"), env, "DTYPE") or d.dtype,
+        torch_threads=_int(threads, "torch threads", 0) if threads else None,
+        block_size=_int(
+            _pick(flags.get("block_size"), env, "BLOCK_SIZE"), "block size", d.block_size
+        ),
+        kv_cache_memory_bytes=parse_bytes(kv) if kv else d.kv_cache_memory_bytes,
+        max_num_seqs=_int(
+            _pick(flags.get("max_num_seqs"), env, "MAX_NUM_SEQS"), "max_num_seqs", d.max_num_seqs
+        ),
+        max_num_batched_tokens=_int(
+            _pick(flags.get("max_num_batched_tokens"), env, "MAX_NUM_BATCHED_TOKENS"),
+            "max_num_batched_tokens",
+            d.max_num_batched_tokens,
+        ),
+        max_model_len=_int(max_len, "max_model_len", 0) if max_len else None,
+        embed_max_batch_size=_int(
+            _pick(flags.get("embed_max_batch_size"), env, "EMBED_MAX_BATCH_SIZE"),
+            "embed max batch size",
+            d.embed_max_batch_size,
+        ),
+        embed_max_wait_ms=float(wait) if wait else d.embed_max_wait_ms,
+    )
+
+
+def serve_settings(
+    flags: Mapping[str, object], env: Mapping[str, str] | None = None
+) -> ServeSettings:
+    env = os.environ if env is None else env
+    d = ServeSettings()
+    models = _pick(flags.get("models"), env, "MODELS")
+    return ServeSettings(
+        host=_pick(flags.get("host"), env, "HOST") or d.host,
+        port=_int(_pick(flags.get("port"), env, "PORT"), "port", d.port, minimum=0),
+        data_dir=Path(_pick(flags.get("data_dir"), env, "DATA_DIR") or d.data_dir),
+        database_url=_pick(flags.get("database_url"), env, "DATABASE_URL") or "",
+        models=tuple(m.strip() for m in models.split(",") if m.strip()) if models else d.models,
+        log_level=(_pick(flags.get("log_level"), env, "LOG_LEVEL") or d.log_level).lower(),
+        engine=engine_settings(flags, env),
+    )
+
+
+def database_url(
+    flag: str | None, data_dir: str | None, env: Mapping[str, str] | None = None
+) -> str:
+    """For commands that only touch the database (`vigil migrate`)."""
+    env = os.environ if env is None else env
+    url = flag or _env(env, "DATABASE_URL")
+    return url or sqlite_url(Path(data_dir or _env(env, "DATA_DIR") or ServeSettings().data_dir))

@@ -1,0 +1,171 @@
+"""Prometheus series, one schema for every part (see ARCHITECTURE.md, core metrics).
+
+Counters and histograms are updated as requests progress (RequestRecorder);
+gauges are read from the engines' stats snapshots at scrape time, so they are
+never stale and cost nothing between scrapes. Buckets follow vLLM's so its
+dashboards translate, and include every SLO threshold an operator can set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from vigil.engine.stats import EngineStats
+
+TTFT_BUCKETS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS_S = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_BUCKETS_S = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    deployment: str
+    stats: EngineStats
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        labels = ["deployment"]
+        self.ttft = Histogram(
+            "vigil_time_to_first_token_seconds",
+            "Time from arrival at the gateway to the first output token.",
+            labels,
+            buckets=TTFT_BUCKETS_S,
+            registry=registry,
+        )
+        self.itl = Histogram(
+            "vigil_inter_token_latency_seconds",
+            "Gap between consecutive output tokens of one request.",
+            labels,
+            buckets=ITL_BUCKETS_S,
+            registry=registry,
+        )
+        self.e2e = Histogram(
+            "vigil_e2e_request_latency_seconds",
+            "Time from arrival at the gateway to the end of the request.",
+            labels,
+            buckets=REQUEST_BUCKETS_S,
+            registry=registry,
+        )
+        self.queue_time = Histogram(
+            "vigil_request_queue_time_seconds",
+            "Time a request waited before its first step in a batch.",
+            labels,
+            buckets=REQUEST_BUCKETS_S,
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            "vigil_prompt_tokens", "Prompt tokens processed.", labels, registry=registry
+        )
+        self.generation_tokens = Counter(
+            "vigil_generation_tokens", "Output tokens generated.", labels, registry=registry
+        )
+        self.requests = Counter(
+            "vigil_requests", "Requests ended, by outcome.", [*labels, "outcome"], registry=registry
+        )
+
+
+class EngineStatsCollector(Collector):
+    """Gauges and engine counters, read from the latest stats snapshots at scrape time."""
+
+    def __init__(self, snapshots: Callable[[], Iterable[EngineSnapshot]]) -> None:
+        self._snapshots = snapshots
+
+    def collect(self) -> Iterator[Metric]:
+        waiting = GaugeMetricFamily(
+            "vigil_requests_waiting",
+            "Requests queued in the engine.",
+            labels=["deployment", "priority"],
+        )
+        running = GaugeMetricFamily(
+            "vigil_requests_running", "Requests in the running batch.", labels=["deployment"]
+        )
+        kv = GaugeMetricFamily(
+            "vigil_kv_cache_usage_ratio",
+            "Used KV cache blocks over all blocks, 0-1.",
+            labels=["deployment"],
+        )
+        preempt = CounterMetricFamily(
+            "vigil_preemptions",
+            "Sequences preempted for lack of KV cache blocks.",
+            labels=["deployment"],
+        )
+        for snap in self._snapshots():
+            s, d = snap.stats, snap.deployment
+            waiting.add_metric([d, "interactive"], s.num_waiting_interactive)
+            waiting.add_metric([d, "batch"], s.num_waiting_batch)
+            running.add_metric([d], s.num_running)
+            kv.add_metric([d], s.kv_cache_usage)
+            preempt.add_metric([d], s.num_preemptions)
+        yield from (waiting, running, kv, preempt)

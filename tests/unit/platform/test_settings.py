@@ -1,0 +1,62 @@
+"""Settings come from flags, then VIGIL_* variables, then defaults, checked once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vigil.platform.settings import SettingsError, parse_bytes, serve_settings
+
+
+def test_defaults_serve_both_bundled_models_on_localhost() -> None:
+    s = serve_settings({}, env={})
+    assert (s.host, s.port) == ("127.0.0.1", 8000)
+    assert s.models == ("smollm2-135m-instruct", "all-minilm-l6-v2")
+    assert s.resolved_database_url.startswith("sqlite+aiosqlite:///")
+    assert s.resolved_database_url.endswith("/.vigil/vigil.db")
+
+
+def test_flag_beats_environment_beats_default() -> None:
+    env = {"VIGIL_PORT": "9000", "VIGIL_HOST": "0.0.0.0", "VIGIL_MAX_NUM_SEQS": "8"}
+    s = serve_settings({"port": 9100, "host": None}, env=env)
+    assert s.port == 9100
+    assert s.host == "0.0.0.0"
+    assert s.engine.max_num_seqs == 8
+
+
+def test_data_dir_sets_the_sqlite_path(tmp_path: Path) -> None:
+    s = serve_settings({"data_dir": str(tmp_path)}, env={})
+    assert s.resolved_database_url == f"sqlite+aiosqlite:///{tmp_path.resolve()}/vigil.db"
+
+
+def test_database_url_overrides_sqlite() -> None:
+    url = "postgresql+asyncpg://vigil@db/vigil"
+    assert serve_settings({}, env={"VIGIL_DATABASE_URL": url}).resolved_database_url == url
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1024", 1024),
+        ("512MiB", 512 * 1024**2),
+        ("2GB", 2 * 1000**3),
+        ("1.5 GiB", 1610612736),
+        ("64k", 64_000),
+    ],
+)
+def test_parse_bytes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "mentions"),
+    [
+        ({"port": "eighty"}, "port"),
+        ({"max_num_seqs": "0"}, "max_num_seqs"),
+        ({"kv_cache_memory": "lots"}, "size in bytes"),
+    ],
+)
+def test_bad_values_name_the_setting(flags: dict[str, object], mentions: str) -> None:
+    with pytest.raises(SettingsError, match=mentions):
+        serve_settings(flags, env={})

@@ -1,0 +1,110 @@
+"""The repository layout maps onto `vigil.*`, and a built wheel carries the whole package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_platform_from_the_root_is_the_standard_library() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import platform, uuid; print(platform.system(), platform.__file__)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    system, path = out.split()
+    assert system == "Linux"
+    assert not Path(path).is_relative_to(ROOT)
+
+
+@pytest.mark.slow
+def test_wheel_contains_the_whole_package_and_its_cli_runs(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            ".",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(tmp_path.glob("vigil-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected_dirs = {
+        "engine": "vigil/engine",
+        "platform": "vigil/platform",
+        "web": "vigil/web",
+        "migrations": "vigil/migrations",
+    }
+    for folder, package in expected_dirs.items():
+        for source in (ROOT / folder).rglob("*.py"):
+            rel = source.relative_to(ROOT / folder).as_posix()
+            assert f"{package}/{rel}" in names, f"{package}/{rel} missing from the wheel"
+    for asset in (
+        "vigil/web/templates/base.html",
+        "vigil/web/templates/console/index.html",
+        "vigil/web/templates/console/_stats.html",
+        "vigil/web/static/console.js",
+        "vigil/web/static/vendor/htmx.min.js",
+        "vigil/web/static/vendor/sse.min.js",
+        "vigil/migrations/script.py.mako",
+    ):
+        assert asset in names, f"{asset} missing from the wheel"
+    assert not any(n.startswith("platform/") or n == "platform.py" for n in names)
+
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    where = subprocess.run(
+        [sys.executable, "-c", "import vigil.platform.cli as c; print(c.__file__)"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(target), f"imported {where}, not the wheel's copy"
+    help_text = subprocess.run(
+        [str(target / "bin" / "vigil"), "--help"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "serve" in help_text and "migrate" in help_text

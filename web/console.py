@@ -1,0 +1,63 @@
+"""The admin console: the live overview page and its Server-Sent Events stream.
+
+The page includes its fragments; the stream re-renders the stats fragment once
+a second and htmx swaps it in place (htmx-ext-sse), so a number on screen is
+never more than a second old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import Any
+
+from litestar import Controller, Request, get
+from litestar.response import ServerSentEvent, ServerSentEventMessage, Template
+
+from vigil.platform.services import Services
+from vigil.platform.telemetry.live import LivePoint
+
+STREAM_INTERVAL_S = 1.0
+
+
+def _stats_context(services: Services) -> dict[str, Any]:
+    point = services.live.latest()
+    return {
+        "point": point,
+        "models": [
+            {"name": name, "state": state.value, "error": services.worker.errors.get(name)}
+            for name, state in services.worker.states.items()
+        ],
+    }
+
+
+def _history(points: list[LivePoint]) -> list[dict[str, Any]]:
+    return [asdict(p) for p in points]
+
+
+class ConsoleController(Controller):
+    path = "/console"
+    include_in_schema = False
+
+    @get("/")
+    async def overview(self, services: Services) -> Template:
+        versions = await services.versions.list()
+        context = {
+            **_stats_context(services),
+            "versions": versions,
+            "history": _history(list(services.live.points)),
+        }
+        return Template("console/index.html", context=context)
+
+    @get("/stream")
+    async def stream(self, request: Request[Any, Any, Any], services: Services) -> ServerSentEvent:
+        template = request.app.template_engine.get_template("console/_stats.html")  # type: ignore[union-attr]
+
+        async def events() -> AsyncIterator[ServerSentEventMessage]:
+            while True:
+                html = template.render(**_stats_context(services))
+                yield ServerSentEventMessage(data=html, event="stats")
+                await asyncio.sleep(STREAM_INTERVAL_S)
+
+        return ServerSentEvent(events())
