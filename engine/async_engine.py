@@ -132,8 +132,9 @@ class AsyncLLMEngine:
         except Exception as exc:
             log.warning("request %s rejected: %s", command.request.request_id, exc)
             clock = command.request.clock
-            event = FinishEvent(FinishReason.ERROR, "", len(command.request.prompt_ids), 0,
-                                clock, str(exc))
+            event = FinishEvent(
+                FinishReason.ERROR, "", len(command.request.prompt_ids), 0, clock, str(exc)
+            )
             return [(command.request.request_id, event)]
         return []
 

@@ -37,6 +37,16 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None  # None: the model's own context window
 
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # Otherwise a full batch could not even feed each sequence its one decode token.
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
+        if self.block_size < 1 or self.max_num_seqs < 1:
+            raise ValueError("block_size and max_num_seqs must be at least 1")
+
 
 class RequestRejected(ValueError):
     """A request the engine can never serve (it is bad input, not back-pressure)."""
@@ -168,16 +178,18 @@ class LLMEngine:
                 events.append((rid, self._finish(seq, reason, detok.finish(), now)))
         return events
 
-    def _finish(self, seq: Sequence, reason: FinishReason, text: str, now: float,
-                error: str | None = None) -> FinishEvent:
+    def _finish(
+        self, seq: Sequence, reason: FinishReason, text: str, now: float, error: str | None = None
+    ) -> FinishEvent:
         rid = seq.request_id
         self.scheduler.finish(seq)
         self.runner.remove_request(rid)
         del self._seqs[rid]
         del self._outputs[rid]
         seq.request.clock.finished_ts = now
-        return FinishEvent(reason, text, seq.num_prompt_tokens, len(seq.output_ids),
-                           seq.request.clock, error)
+        return FinishEvent(
+            reason, text, seq.num_prompt_tokens, len(seq.output_ids), seq.request.clock, error
+        )
 
     def _fail(self, plan: StepPlan, message: str) -> list[tuple[RequestId, EngineEvent]]:
         now = time.monotonic()

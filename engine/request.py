@@ -33,6 +33,14 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
 
+    def __post_init__(self) -> None:
+        # The API validates these with messages for users; this guards the engine's
+        # own contract (a sampler fed top_p=0 would mask every token).
+        assert self.max_tokens >= 1, f"max_tokens {self.max_tokens} < 1"
+        assert self.temperature >= 0.0, f"temperature {self.temperature} < 0"
+        assert 0.0 < self.top_p <= 1.0, f"top_p {self.top_p} not in (0, 1]"
+        assert self.top_k >= 0, f"top_k {self.top_k} < 0"
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1

@@ -7,7 +7,7 @@ FCFS within a class), chunked when long. A finished sequence frees its slot and
 blocks for the very next step.
 
 When a running sequence needs a block and none is free, the lowest-priority,
-most recently admitted running sequence is preempted: its blocks are freed and
+most recently arrived running sequence is preempted: its blocks are freed and
 it goes back to the head of its class's queue, to be recomputed later.
 """
 

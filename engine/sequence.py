@@ -44,4 +44,6 @@ class Sequence:
 
     def token_at(self, position: int) -> int:
         prompt = self.request.prompt_ids
-        return prompt[position] if position < len(prompt) else self.output_ids[position - len(prompt)]
+        return (
+            prompt[position] if position < len(prompt) else self.output_ids[position - len(prompt)]
+        )

@@ -18,9 +18,7 @@ class StepStats:
 
     @property
     def total_s(self) -> float:
-        return (
-            self.schedule_s + self.prepare_s + self.forward_s + self.sample_s + self.output_s
-        )
+        return self.schedule_s + self.prepare_s + self.forward_s + self.sample_s + self.output_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,7 @@ def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Engi
     max_len = _pick(flags.get("max_model_len"), env, "MAX_MODEL_LEN")
     kv = _pick(flags.get("kv_cache_memory"), env, "KV_CACHE_MEMORY")
     wait = _pick(flags.get("embed_max_wait_ms"), env, "EMBED_MAX_WAIT_MS")
-    return EngineSettings(
+    settings = EngineSettings(
         device=_pick(flags.get("device"), env, "DEVICE") or d.device,
         dtype=_pick(flags.get("dtype"), env, "DTYPE") or d.dtype,
         torch_threads=_int(threads, "torch threads", 0) if threads else None,
@@ -127,6 +127,12 @@ def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Engi
         ),
         embed_max_wait_ms=float(wait) if wait else d.embed_max_wait_ms,
     )
+    if settings.max_num_batched_tokens < settings.max_num_seqs:
+        raise SettingsError(
+            f"max_num_batched_tokens ({settings.max_num_batched_tokens}) must be at least "
+            f"max_num_seqs ({settings.max_num_seqs}): each running sequence needs a token"
+        )
+    return settings
 
 
 def serve_settings(

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
 
+import httpx
 import pytest
 import torch
 
@@ -18,3 +25,136 @@ def smollm2():  # type: ignore[no-untyped-def]
     from vigil.engine.loaders.llm import load_language_model
 
     return load_language_model(bundled_source(SMOLLM2), torch.device("cpu"), torch.float32)
+
+
+@pytest.fixture(scope="session")
+def minilm():  # type: ignore[no-untyped-def]
+    from vigil.engine.bundled import MINILM, bundled_source
+    from vigil.engine.loaders.embedder import load_embedding_model
+
+    return load_embedding_model(bundled_source(MINILM), torch.device("cpu"), torch.float32)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():  # type: ignore[no-untyped-def]
+    """The bundled SmolLM2 tokenizer alone (reads the GGUF metadata, no weights)."""
+    from vigil.engine.bundled import SMOLLM2, bundled_source
+    from vigil.engine.loaders.gguf import GGUFFile
+
+    return GGUFFile(bundled_source(SMOLLM2).path).tokenizer()
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf():  # type: ignore[no-untyped-def]
+    """transformers' own model and tokenizer from the bundled GGUF: the parity reference
+    (needs accelerate; about 15 s)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vigil.engine.bundled import SMOLLM2, bundled_source
+
+    path = bundled_source(SMOLLM2).path
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return model, tokenizer
+
+
+def _assert_greedy_runs_agree(
+    tokens_a: list[int],
+    logits_a: list[torch.Tensor],
+    tokens_b: list[int],
+    logits_b: list[torch.Tensor],
+    *,
+    atol: float,
+) -> int | None:
+    """Two greedy runs of one model on one prompt agree token for token.
+
+    Up to the first difference both runs saw the same context, so their logits must agree
+    within atol at every step. They may part only at a near-tie: float rounding (another
+    kernel, another batch shape) can flip two tokens whose logits are that close, and then
+    both runs must see the two within 2 * atol. Nothing after that step is compared (the
+    contexts differ from there). Returns the step where they parted, or None.
+    """
+    assert len(logits_a) == len(tokens_a) and len(logits_b) == len(tokens_b)
+    steps = zip(tokens_a, tokens_b, logits_a, logits_b, strict=False)  # may part early
+    for step, (ta, tb, la, lb) in enumerate(steps):
+        diff = (la - lb).abs().max().item()
+        assert diff <= atol, f"step {step}: logits differ by {diff:.3g} (atol {atol})"
+        assert ta == int(la.argmax()) and tb == int(lb.argmax()), f"step {step}: not argmax"
+        if ta != tb:
+            gaps = (abs(la[ta] - la[tb]).item(), abs(lb[ta] - lb[tb]).item())
+            assert max(gaps) <= 2 * atol, f"step {step}: {ta} vs {tb} is no near-tie ({gaps})"
+            return step
+    assert tokens_a == tokens_b, "one run stopped before the other without a near-tie"
+    return None
+
+
+@pytest.fixture
+def assert_greedy_runs_agree():  # type: ignore[no-untyped-def]
+    return _assert_greedy_runs_agree
+
+
+# ---- a real `vigil serve` process, shared by the integration and browser tests ----
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningServer:
+    base_url: str
+    data_dir: pathlib.Path
+    log_path: pathlib.Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def vigil_server(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """`vigil serve` on 127.0.0.1, started through its console script, ready to serve."""
+    data_dir = tmp_path_factory.mktemp("vigil-data")
+    log_path = data_dir / "server.log"
+    port = _free_port()
+    vigil = pathlib.Path(sys.executable).with_name("vigil")
+    cmd = [
+        str(vigil),
+        "serve",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--torch-threads",
+        "1",
+    ]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vigil serve exited with {proc.returncode}:\n{log_path.read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"vigil serve not ready in 180 s:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        yield RunningServer(base_url, data_dir, log_path)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests run last: Playwright's sync API keeps an event loop running in the
+    main thread for the rest of the session, which async tests after it cannot share."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

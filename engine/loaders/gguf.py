@@ -14,9 +14,8 @@ from typing import Any
 import gguf
 import numpy as np
 import torch
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers
-from tokenizers import AddedToken
 
 from vigil.engine.loaders.progress import progress
 from vigil.engine.model.config import LlamaConfig

@@ -58,8 +58,10 @@ def build_llama(
     missing = set(result.missing_keys) - allowed_missing
     unexpected = {k for k in result.unexpected_keys if not k.endswith("rotary_emb.inv_freq")}
     if missing or unexpected:
-        raise ValueError(f"weights do not match the model: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")
+        raise ValueError(
+            f"weights do not match the model: missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]}"
+        )
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position, cfg.rope_theta)

@@ -28,6 +28,11 @@ class LlamaConfig:
         # versions write it at the top level.
         rope = cfg.get("rope_parameters") or {}
         rope_theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+        scaling = cfg.get("rope_scaling") or rope
+        rope_type = scaling.get("rope_type") or scaling.get("type") or "default"
+        if rope_type != "default":
+            # Scaled RoPE (llama3, yarn, ...) would load and then answer garbage.
+            raise ValueError(f"RoPE scaling {rope_type!r} is not supported (only default)")
         return cls(
             vocab_size=cfg["vocab_size"],
             hidden_size=cfg["hidden_size"],

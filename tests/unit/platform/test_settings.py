@@ -60,3 +60,8 @@ def test_parse_bytes(text: str, expected: int) -> None:
 def test_bad_values_name_the_setting(flags: dict[str, object], mentions: str) -> None:
     with pytest.raises(SettingsError, match=mentions):
         serve_settings(flags, env={})
+
+
+def test_token_budget_below_batch_size_is_refused() -> None:
+    with pytest.raises(SettingsError, match="max_num_batched_tokens"):
+        serve_settings({"max_num_seqs": 64, "max_num_batched_tokens": 32}, env={})

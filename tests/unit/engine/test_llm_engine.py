@@ -1,0 +1,347 @@
+"""The engine loop on the bundled SmolLM2: batching, chunking and preemption change no
+greedy output; every request ends with the right reason and gives its blocks back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from vigil.engine.async_engine import AsyncLLMEngine
+from vigil.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
+from vigil.engine.loaders.llm import LanguageModel
+from vigil.engine.request import (
+    FinishEvent,
+    FinishReason,
+    GenerationRequest,
+    RequestId,
+    SamplingParams,
+    TokenEvent,
+)
+from vigil.engine.runner import kv_bytes_per_token
+from vigil.engine.tokenizer import ChatMessage
+
+pytestmark = pytest.mark.slow
+
+# Batch shape changes the order of float operations, hence the last bits of the logits
+# (observed: under 7e-5). A flipped greedy choice is only accepted at a near-tie.
+BATCH_ATOL = 5e-4
+
+PASSAGE = (
+    "The lighthouse stood on a rock at the mouth of the bay. Every night for forty years "
+    "the keeper climbed its one hundred and twelve steps, trimmed the wick, wound the clock "
+    "that turned the lens, and wrote the weather in a leather book. Ships passed, storms "
+    "came and went, and the light never failed. When the keeper grew old, his daughter took "
+    "the keys, and she kept the book in the same careful hand."
+)
+# (prompt, is it a chat message, max_tokens): mixed prompt lengths (one longer than a
+# step's token budget, so it is prefilled in chunks) and mixed output lengths.
+PROMPTS = [
+    ("What is the capital of France?", True, 6),
+    ("Write a haiku about the sea.", True, 10),
+    ("List three colours.", True, 8),
+    ("Explain gravity to a child in one sentence.", True, 12),
+    ("Once upon a time", False, 5),
+    ("How many legs does a spider have?", True, 4),
+    (f"Summarise this story in one sentence: {PASSAGE}", True, 9),
+    ("The capital of Italy is", False, 7),
+]
+
+
+def make_engine(
+    lm: LanguageModel, num_blocks: int = 64, block_size: int = 16, **overrides: int
+) -> LLMEngine:
+    memory = kv_bytes_per_token(lm) * block_size * num_blocks
+    config = {"max_num_seqs": 16, "max_num_batched_tokens": 64, **overrides}
+    return LLMEngine(
+        lm, EngineConfig(block_size=block_size, kv_cache_memory_bytes=memory, **config)
+    )
+
+
+def chat_ids(lm: LanguageModel, question: str) -> list[int]:
+    return lm.tokenizer.encode(lm.tokenizer.render_chat([ChatMessage("user", question)]))
+
+
+def greedy(max_tokens: int, **kwargs: object) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, **kwargs)  # type: ignore[arg-type]
+
+
+@dataclass
+class Outcome:
+    tokens: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)  # (V,) per sampled token
+    text: str = ""
+    finish: FinishEvent | None = None
+
+    def add(self, event: TokenEvent | FinishEvent) -> None:
+        assert self.finish is None, "event after the finish"
+        self.text += event.text
+        if isinstance(event, TokenEvent):
+            self.tokens.extend(event.token_ids)
+        else:
+            self.finish = event
+
+
+@contextmanager
+def recording_logits(engine: LLMEngine, outcomes: dict[RequestId, Outcome]) -> Iterator[None]:
+    """Files each sampled logits row under its request: the runner computes logits for the
+    sampling rows in the order of StepResult.sampled."""
+    rows: list[torch.Tensor] = []
+    handle = engine.lm.model.lm_head.register_forward_hook(lambda m, a, out: rows.append(out))
+    execute = engine.runner.execute
+
+    def execute_and_file(plan):  # type: ignore[no-untyped-def]
+        result = execute(plan)
+        logits = rows.pop()
+        assert logits.shape[0] == len(result.sampled)
+        for rid, row in zip(result.sampled, logits, strict=True):
+            outcomes[rid].logits.append(row)
+        return result
+
+    engine.runner.execute = execute_and_file  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        handle.remove()
+        engine.runner.execute = execute  # type: ignore[method-assign]
+
+
+def run(engine: LLMEngine, batch: list[GenerationRequest]) -> dict[RequestId, Outcome]:
+    """Submit all, step until the engine is idle; check that every block came back."""
+    outcomes = {r.request_id: Outcome() for r in batch}
+    with recording_logits(engine, outcomes):
+        for request in batch:
+            engine.add_request(request)
+        while engine.has_work():
+            for rid, event in engine.step():
+                outcomes[rid].add(event)
+    assert all(out.finish is not None for out in outcomes.values())
+    assert engine.pool.num_free == engine.pool.num_blocks
+    assert engine.stats().num_kv_blocks_used == 0 and engine.stats().num_running == 0
+    return outcomes
+
+
+def requests(lm: LanguageModel) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            RequestId(f"r{i}"),
+            chat_ids(lm, prompt) if chat else lm.tokenizer.encode(prompt),
+            greedy(max_tokens),
+        )
+        for i, (prompt, chat, max_tokens) in enumerate(PROMPTS)
+    ]
+
+
+@pytest.fixture(scope="module")
+def alone(smollm2: LanguageModel) -> dict[RequestId, Outcome]:
+    """Each request run on its own: the reference for every batched run."""
+    engine = make_engine(smollm2)
+    outcomes: dict[RequestId, Outcome] = {}
+    for request in requests(smollm2):
+        outcomes |= run(engine, [request])
+    return outcomes
+
+
+def assert_same_as_alone(
+    batched: dict[RequestId, Outcome], alone: dict[RequestId, Outcome], assert_agree: Callable
+) -> None:
+    assert batched.keys() == alone.keys()
+    for rid, out in batched.items():
+        ref = alone[rid]
+        parted = assert_agree(ref.tokens, ref.logits, out.tokens, out.logits, atol=BATCH_ATOL)
+        if parted is None:
+            assert out.text == ref.text
+            assert out.finish is not None and ref.finish is not None
+            assert out.finish.reason == ref.finish.reason
+
+
+def test_prompts_are_mixed_and_one_needs_chunked_prefill(smollm2: LanguageModel) -> None:
+    lengths = sorted(len(r.prompt_ids) for r in requests(smollm2))
+    assert lengths[0] < 10 and lengths[-1] > 64  # 64: the token budget per step
+    assert len({max_tokens for _, _, max_tokens in PROMPTS}) >= 6
+
+
+def test_concurrent_greedy_outputs_equal_each_run_alone(
+    smollm2: LanguageModel, alone: dict[RequestId, Outcome], assert_greedy_runs_agree
+) -> None:
+    engine = make_engine(smollm2)
+    seqs_per_step: list[int] = []
+    step = engine.step
+
+    def counting_step():  # type: ignore[no-untyped-def]
+        events = step()
+        seqs_per_step.append(engine.stats().last_step.num_seqs)  # type: ignore[union-attr]
+        return events
+
+    engine.step = counting_step  # type: ignore[method-assign]
+    batched = run(engine, requests(smollm2))
+    assert max(seqs_per_step) == len(PROMPTS)  # all eight really shared a batch
+    assert engine.stats().num_preemptions == 0
+    assert_same_as_alone(batched, alone, assert_greedy_runs_agree)
+
+
+def test_outputs_survive_preemption(
+    smollm2: LanguageModel, alone: dict[RequestId, Outcome], assert_greedy_runs_agree
+) -> None:
+    # 40 blocks of 4 tokens: the longest request (134 tokens) fits alone, all eight together
+    # (about 330) do not; small blocks make decoding sequences ask for blocks often.
+    engine = make_engine(smollm2, num_blocks=40, block_size=4)
+    outputs_when_preempted: list[int] = []
+    schedule = engine.scheduler.schedule
+
+    def recording_schedule():  # type: ignore[no-untyped-def]
+        plan = schedule()
+        outputs_when_preempted.extend(len(seq.output_ids) for seq in plan.preempted)
+        return plan
+
+    engine.scheduler.schedule = recording_schedule  # type: ignore[method-assign]
+    batched = run(engine, requests(smollm2))
+    assert engine.stats().num_preemptions == len(outputs_when_preempted) > 0
+    # At least one had generated tokens, which its recompute had to feed back in.
+    assert max(outputs_when_preempted) > 0
+    assert_same_as_alone(batched, alone, assert_greedy_runs_agree)
+
+
+def test_finish_reasons_for_eos_max_tokens_and_stop_string(smollm2: LanguageModel) -> None:
+    # Greedy here is far from any near-tie (the closest two logits over these tokens are
+    # 0.08 apart, rounding moves them by under 1e-4), so the text is exact.
+    prompt = chat_ids(smollm2, "What is the capital of France?")
+    eos = 2  # <|im_end|>
+    engine = make_engine(smollm2)
+    out = run(
+        engine,
+        [
+            GenerationRequest(RequestId("eos"), prompt, greedy(20)),
+            GenerationRequest(RequestId("length"), prompt, greedy(3)),
+            GenerationRequest(RequestId("ignore-eos"), prompt, greedy(10, ignore_eos=True)),
+            GenerationRequest(RequestId("stop"), prompt, greedy(20, stop=("Paris", "France"))),
+        ],
+    )
+    finish = {rid: o.finish for rid, o in out.items()}
+    assert finish["eos"].reason is FinishReason.STOP
+    assert out["eos"].text == "The capital of France is Paris."
+    assert out["eos"].tokens[-1] == eos and finish["eos"].num_output_tokens == 8
+    assert finish["eos"].num_prompt_tokens == len(prompt)
+
+    assert finish["length"].reason is FinishReason.LENGTH
+    assert out["length"].tokens == out["eos"].tokens[:3]
+    assert finish["length"].num_output_tokens == 3
+
+    assert finish["ignore-eos"].reason is FinishReason.LENGTH
+    assert out["ignore-eos"].tokens[:8] == out["eos"].tokens  # went on past the EOS
+    assert len(out["ignore-eos"].tokens) == 10
+
+    assert finish["stop"].reason is FinishReason.STOP
+    assert out["stop"].text == "The capital of "  # 'France' comes before 'Paris'
+    clock = finish["eos"].clock
+    assert clock.arrival_ts <= clock.scheduled_ts <= clock.first_token_ts  # type: ignore[operator]
+    assert clock.first_token_ts <= clock.last_token_ts <= clock.finished_ts  # type: ignore[operator]
+
+
+def test_abort_frees_the_blocks_of_running_and_waiting_requests(smollm2: LanguageModel) -> None:
+    engine = make_engine(smollm2, max_num_seqs=1)
+    prompt = chat_ids(smollm2, "Write a haiku about the sea.")
+    engine.add_request(GenerationRequest(RequestId("running"), prompt, greedy(50)))
+    engine.add_request(GenerationRequest(RequestId("waiting"), prompt, greedy(50)))
+    for _ in range(3):
+        engine.step()
+    used = engine.pool.num_used
+    assert used == 3  # 38 prompt tokens and 2 decoded ones cached: three 16-token blocks
+
+    [(rid, event)] = engine.abort_request(RequestId("waiting"))
+    assert isinstance(event, FinishEvent) and event.reason is FinishReason.ABORT
+    assert (rid, event.num_output_tokens, engine.pool.num_used) == ("waiting", 0, used)
+
+    [(rid, event)] = engine.abort_request(RequestId("running"))
+    assert isinstance(event, FinishEvent) and event.reason is FinishReason.ABORT
+    assert event.num_output_tokens == 3
+    assert engine.pool.num_free == engine.pool.num_blocks
+    assert not engine.has_work() and engine.step() == []
+    assert engine.abort_request(RequestId("running")) == []  # already gone: nothing to do
+
+
+def test_failed_step_ends_its_requests_with_error_and_frees_their_blocks(
+    smollm2: LanguageModel,
+) -> None:
+    engine = make_engine(smollm2, max_num_seqs=1)
+    prompt = chat_ids(smollm2, "List three colours.")
+    engine.add_request(GenerationRequest(RequestId("a"), prompt, greedy(10)))
+    engine.add_request(GenerationRequest(RequestId("b"), prompt, greedy(2)))
+    engine.step()
+    execute = engine.runner.execute
+
+    def broken(plan):  # type: ignore[no-untyped-def]
+        raise RuntimeError("boom")
+
+    engine.runner.execute = broken  # type: ignore[method-assign]
+    [(rid, event)] = engine.step()  # only a was scheduled; b waits behind max_num_seqs
+    assert isinstance(event, FinishEvent) and event.reason is FinishReason.ERROR
+    assert (rid, event.error) == ("a", "engine step failed: boom")
+    assert engine.pool.num_used == 0
+    engine.runner.execute = execute  # type: ignore[method-assign]
+    # The engine carries on with the requests the failed step did not hold.
+    finishes = [e for _ in range(3) for _, e in engine.step() if isinstance(e, FinishEvent)]
+    assert [(f.reason, f.num_output_tokens) for f in finishes] == [(FinishReason.LENGTH, 2)]
+    assert engine.pool.num_free == engine.pool.num_blocks and not engine.has_work()
+
+
+def test_request_larger_than_the_context_is_rejected(smollm2: LanguageModel) -> None:
+    engine = make_engine(smollm2, num_blocks=8, max_model_len=100)
+    assert engine.max_model_len == 100  # lower than the model's 8192
+    with pytest.raises(RequestRejected, match="context window of 100 tokens"):
+        engine.add_request(GenerationRequest(RequestId("a"), [1] * 90, greedy(11)))
+    engine.check_request(GenerationRequest(RequestId("a"), [1] * 90, greedy(10)))  # fits
+
+    engine = make_engine(smollm2, num_blocks=4)  # 64 tokens of KV cache
+    assert engine.max_model_len == smollm2.config.max_position == 8192
+    with pytest.raises(RequestRejected, match="context window of 64 tokens"):
+        engine.check_request(GenerationRequest(RequestId("b"), [1] * 60, greedy(5)))
+    with pytest.raises(RequestRejected, match="empty"):
+        engine.add_request(GenerationRequest(RequestId("c"), [], greedy(5)))
+    assert not engine.has_work()
+
+
+def test_duplicate_request_id_is_rejected(smollm2: LanguageModel) -> None:
+    engine = make_engine(smollm2, num_blocks=4)
+    engine.add_request(GenerationRequest(RequestId("a"), [1, 2, 3], greedy(2)))
+    with pytest.raises(RequestRejected, match="already running"):
+        engine.add_request(GenerationRequest(RequestId("a"), [1, 2, 3], greedy(2)))
+
+
+async def _consume(engine: AsyncLLMEngine, request: GenerationRequest, out: Outcome) -> None:
+    async for event in engine.generate(request):
+        out.add(event)
+
+
+async def test_async_engine_streams_the_same_greedy_tokens_and_aborts_a_leaver(
+    smollm2: LanguageModel, alone: dict[RequestId, Outcome], assert_greedy_runs_agree
+) -> None:
+    core = make_engine(smollm2)
+    engine = AsyncLLMEngine(core)
+    batch = requests(smollm2)[:3]
+    leaver_params = greedy(50, ignore_eos=True)  # still running when it leaves
+    leaver = GenerationRequest(RequestId("leaver"), batch[0].prompt_ids, leaver_params)
+    after = requests(smollm2)[4]
+    outcomes = {r.request_id: Outcome() for r in [*batch, leaver, after]}
+    with recording_logits(core, outcomes):
+        engine.start()
+        try:
+            await asyncio.gather(*(_consume(engine, r, outcomes[r.request_id]) for r in batch))
+            stream = engine.generate(leaver)
+            assert isinstance(await anext(stream), TokenEvent)
+            await stream.aclose()  # the client went away: the request is aborted
+            # Commands are applied in order, so once this one is done the abort was too.
+            await _consume(engine, after, outcomes[after.request_id])
+            with pytest.raises(RequestRejected):
+                await anext(engine.generate(GenerationRequest(RequestId("x"), [], greedy(1))))
+        finally:
+            engine.stop()
+    assert core.pool.num_free == core.pool.num_blocks and not core.has_work()
+    assert outcomes[leaver.request_id].finish is None  # it never saw its abort event
+    assert engine.stats().num_running == 0
+    done = {rid: outcomes[rid] for rid in (*(r.request_id for r in batch), after.request_id)}
+    assert_same_as_alone(done, {rid: alone[rid] for rid in done}, assert_greedy_runs_agree)
