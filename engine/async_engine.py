@@ -12,7 +12,7 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from vigil.engine.llm_engine import LLMEngine
@@ -23,7 +23,7 @@ from vigil.engine.request import (
     GenerationRequest,
     RequestId,
 )
-from vigil.engine.stats import EngineStats
+from vigil.engine.stats import EngineStats, StepStats
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,15 @@ class _Abort:
     request_id: RequestId
 
 
+StepObserver = Callable[[StepStats], None]
+
+
 class AsyncLLMEngine:
-    def __init__(self, core: LLMEngine) -> None:
+    def __init__(self, core: LLMEngine, on_step: StepObserver | None = None) -> None:
+        """on_step runs in the engine thread after every step: keep it to a few
+        microseconds (a histogram observation)."""
         self.core = core
+        self._on_step = on_step
         self._inbox: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
         self._streams: dict[RequestId, asyncio.Queue[EngineEvent]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -105,7 +111,11 @@ class AsyncLLMEngine:
                 return
             events = [event for command in commands for event in self._apply(command)]
             events.extend(self.core.step())
-            self._stats = self.core.stats()
+            stats = self.core.stats()
+            if self._on_step is not None and stats.num_steps != self._stats.num_steps:
+                assert stats.last_step is not None
+                self._on_step(stats.last_step)
+            self._stats = stats
             if events:
                 assert self._loop is not None
                 self._loop.call_soon_threadsafe(self._dispatch, events)

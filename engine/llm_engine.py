@@ -36,6 +36,9 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None  # None: the model's own context window
+    enable_prefix_caching: bool = True
+    # A batch-class request waiting this long is admitted ahead of interactive ones.
+    batch_aging_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -71,7 +74,14 @@ class LLMEngine:
         self.max_model_len = min(lm.config.max_position, config.max_model_len or 1 << 62)
         self.pool = BlockPool(num_blocks)
         self.scheduler = Scheduler(
-            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.block_size),
+            SchedulerConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                block_size=config.block_size,
+                enable_prefix_caching=config.enable_prefix_caching,
+                cache_salt=lm.name,
+                batch_aging_s=config.batch_aging_s,
+            ),
             self.pool,
         )
         self.runner = ModelRunner(lm, num_blocks, config.block_size)
@@ -120,11 +130,14 @@ class LLMEngine:
 
     def step(self) -> list[tuple[RequestId, EngineEvent]]:
         t0 = time.perf_counter()
-        plan = self.scheduler.schedule()
-        if plan.is_empty:
-            return []
-        t1 = time.perf_counter()
         now = time.monotonic()
+        plan = self.scheduler.schedule(now)
+        expired: list[tuple[RequestId, EngineEvent]] = [
+            (s.request_id, self._finish(s, FinishReason.TIMEOUT, "", now)) for s in plan.expired
+        ]
+        if plan.is_empty:
+            return expired
+        t1 = time.perf_counter()
         for item in plan.scheduled:
             if item.seq.request.clock.scheduled_ts is None:
                 item.seq.request.clock.scheduled_ts = now
@@ -132,10 +145,10 @@ class LLMEngine:
             result = self.runner.execute(plan)
         except Exception as exc:  # a failed forward must not take the engine down
             log.exception("engine step failed")
-            return self._fail(plan, f"engine step failed: {exc}")
+            return expired + self._fail(plan, f"engine step failed: {exc}")
         self.scheduler.update(plan, result.sampled)
         t2 = time.perf_counter()
-        events = self._process_outputs(result)
+        events = expired + self._process_outputs(result)
         t3 = time.perf_counter()
         self._num_steps += 1
         self._last_step = StepStats(
@@ -206,7 +219,10 @@ class LLMEngine:
             num_running=len(self.scheduler.running),
             num_kv_blocks_total=self.pool.num_blocks,
             num_kv_blocks_used=self.pool.num_used,
+            num_kv_blocks_cached=self.pool.num_cached,
             num_preemptions=self.scheduler.num_preemptions,
+            num_prefix_queried_tokens=self.scheduler.num_prefix_queried_tokens,
+            num_prefix_hit_tokens=self.scheduler.num_prefix_hit_tokens,
             num_steps=self._num_steps,
             last_step=self._last_step,
         )

@@ -20,6 +20,7 @@ class FinishReason(StrEnum):
     STOP = "stop"  # EOS token or a stop string
     LENGTH = "length"  # max_tokens or the context window
     ABORT = "abort"  # the client went away or cancelled
+    TIMEOUT = "timeout"  # waited in the queue past its deadline, never started
     ERROR = "error"  # the engine failed while running it
 
 
@@ -95,3 +96,6 @@ class GenerationRequest:
     params: SamplingParams
     priority: Priority = Priority.INTERACTIVE
     clock: RequestClock = field(default_factory=lambda: RequestClock(0.0))
+    # Monotonic time after which a request that has not started yet is dropped
+    # with FinishReason.TIMEOUT instead of starting late. None: no deadline.
+    deadline_ts: float | None = None

@@ -2,13 +2,23 @@
 
 Every step, each running sequence feeds the tokens it has not computed yet: one
 for a decoding sequence, a chunk of its prompt for one still prefilling. The
-token budget left after that admits waiting prompts (interactive class first,
-FCFS within a class), chunked when long. A finished sequence frees its slot and
-blocks for the very next step.
+token budget left after that admits waiting prompts, chunked when long. A
+finished sequence frees its slot and blocks for the very next step.
+
+Order of admission: interactive before batch, FCFS within a class. A batch
+request that has waited `batch_aging_s` goes ahead of interactive ones (aging),
+so a stream of interactive traffic delays batch work by at most that long while
+there is room to run it. A request still waiting at its deadline is expired and
+never starts.
+
+Prefix cache: on admission a sequence takes every cached block that matches the
+leading full blocks of its tokens and starts computing after them (always
+computing at least its last token, whose logits it needs).
 
 When a running sequence needs a block and none is free, the lowest-priority,
-most recently arrived running sequence is preempted: its blocks are freed and
-it goes back to the head of its class's queue, to be recomputed later.
+most recently arrived running sequence is preempted: its blocks are freed (they
+stay in the prefix cache until evicted) and it goes back to the head of its
+class's queue, to be recomputed later.
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from vigil.engine.kv_cache import BlockPool, blocks_needed
+from vigil.engine.kv_cache import BlockId, BlockPool, blocks_needed, hash_block
 from vigil.engine.request import Priority, RequestId
 from vigil.engine.sequence import SeqStatus, Sequence
 
@@ -26,6 +36,9 @@ class SchedulerConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int
+    enable_prefix_caching: bool = False
+    cache_salt: str = ""  # model version: blocks of different weights never match
+    batch_aging_s: float = float("inf")
 
 
 @dataclass(slots=True)
@@ -44,6 +57,7 @@ class ScheduledSeq:
 class StepPlan:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    expired: list[Sequence] = field(default_factory=list)  # deadline passed while waiting
 
     @property
     def num_tokens(self) -> int:
@@ -61,6 +75,8 @@ class Scheduler:
         self.waiting: dict[Priority, deque[Sequence]] = {p: deque() for p in Priority}
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
+        self.num_prefix_queried_tokens = 0
+        self.num_prefix_hit_tokens = 0
         self._arrivals = 0
 
     def add(self, seq: Sequence) -> None:
@@ -75,28 +91,18 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.running) or self.num_waiting > 0
 
-    def find(self, request_id: RequestId) -> Sequence | None:
-        for seq in self.running:
-            if seq.request_id == request_id:
-                return seq
-        for queue in self.waiting.values():
-            for seq in queue:
-                if seq.request_id == request_id:
-                    return seq
-        return None
-
     def finish(self, seq: Sequence) -> None:
         """Take a sequence out of the engine and give its blocks back."""
         if seq.status is SeqStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status is SeqStatus.WAITING:
             self.waiting[seq.priority].remove(seq)
-        self.pool.free(seq.block_ids)
-        seq.block_ids = []
+        self._release(seq)
         seq.status = SeqStatus.FINISHED
 
-    def schedule(self) -> StepPlan:
+    def schedule(self, now_ts: float = 0.0) -> StepPlan:
         plan = StepPlan()
+        self._expire(plan, now_ts)
         budget = self.config.max_num_batched_tokens
         for seq in list(self.running):
             if seq.status is not SeqStatus.RUNNING:
@@ -109,25 +115,71 @@ class Scheduler:
             plan.scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
         if not plan.preempted:
-            self._admit(plan, budget)
+            self._admit(plan, budget, now_ts)
         return plan
 
-    def _admit(self, plan: StepPlan, budget: int) -> None:
-        for priority in Priority:
-            queue = self.waiting[priority]
+    def update(self, plan: StepPlan, sampled: dict[RequestId, int]) -> None:
+        """Advance each scheduled sequence past the tokens it computed this step,
+        append the token it sampled, and name its newly filled blocks."""
+        for item in plan.scheduled:
+            seq = item.seq
+            seq.num_computed_tokens += item.num_new_tokens
+            token = sampled.get(seq.request_id)
+            if token is not None:
+                seq.output_ids.append(token)
+            if self.config.enable_prefix_caching:
+                self._register_filled_blocks(seq, item.num_new_tokens)
+
+    # ---- admission ---------------------------------------------------------
+
+    def _admission_order(self, now_ts: float) -> list[deque[Sequence]]:
+        batch = self.waiting[Priority.BATCH]
+        aged = batch and now_ts - batch[0].request.clock.arrival_ts >= self.config.batch_aging_s
+        if aged:
+            return [batch, self.waiting[Priority.INTERACTIVE]]
+        return [self.waiting[p] for p in Priority]
+
+    def _admit(self, plan: StepPlan, budget: int, now_ts: float) -> None:
+        bs = self.config.block_size
+        for queue in self._admission_order(now_ts):
             while queue and budget > 0 and len(self.running) < self.config.max_num_seqs:
                 seq = queue[0]
-                num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-                need = blocks_needed(seq.num_computed_tokens + num_new, self.config.block_size)
-                blocks = self.pool.allocate(need - len(seq.block_ids))
+                hits = self._cached_prefix(seq)
+                # Share the hits before allocating, or allocate could evict them.
+                self.pool.share(hits)
+                num_computed = min(len(hits) * bs, seq.num_tokens - 1)
+                num_new = min(seq.num_tokens - num_computed, budget)
+                blocks = self.pool.allocate(blocks_needed(num_computed + num_new, bs) - len(hits))
                 if blocks is None:
+                    self.pool.free(hits)
                     return  # the head waits for memory; nothing behind it jumps the queue
                 queue.popleft()
-                seq.block_ids.extend(blocks)
+                if self.config.enable_prefix_caching:
+                    self.num_prefix_queried_tokens += seq.num_tokens
+                    self.num_prefix_hit_tokens += num_computed
+                seq.block_ids = [*hits, *blocks]
+                seq.num_computed_tokens = num_computed
                 seq.status = SeqStatus.RUNNING
                 self.running.append(seq)
                 plan.scheduled.append(ScheduledSeq(seq, num_new))
                 budget -= num_new
+
+    def _cached_prefix(self, seq: Sequence) -> list[BlockId]:
+        """Cached blocks matching seq's leading full blocks (no reference taken)."""
+        if not self.config.enable_prefix_caching:
+            return []
+        self._hash_known_blocks(seq)
+        return self.pool.lookup(seq.block_hashes)
+
+    def _expire(self, plan: StepPlan, now_ts: float) -> None:
+        for queue in self.waiting.values():
+            for seq in [s for s in queue if _expired(s, now_ts)]:
+                queue.remove(seq)
+                self._release(seq)
+                seq.status = SeqStatus.FINISHED
+                plan.expired.append(seq)
+
+    # ---- memory ------------------------------------------------------------
 
     def _reserve(self, seq: Sequence, num_new: int, plan: StepPlan) -> bool:
         """Blocks for seq's next num_new tokens, preempting others if needed.
@@ -138,33 +190,47 @@ class Scheduler:
             if blocks is not None:
                 seq.block_ids.extend(blocks)
                 return True
-            victim = self._choose_victim(plan)
+            victim = max(self.running, key=lambda s: (s.priority, s.arrival_index))
             self._preempt(victim, plan)
             if victim is seq:
                 return False
 
-    def _choose_victim(self, plan: StepPlan) -> Sequence:
-        # Lowest priority first (highest enum value), then the newest arrival.
-        victim = max(self.running, key=lambda s: (s.priority, s.arrival_index))
-        return victim
-
     def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
         self.running.remove(seq)
         plan.scheduled = [s for s in plan.scheduled if s.seq is not seq]
-        self.pool.free(seq.block_ids)
-        seq.block_ids = []
-        seq.num_computed_tokens = 0
+        self._release(seq)
         seq.status = SeqStatus.WAITING
         self.waiting[seq.priority].appendleft(seq)
         plan.preempted.append(seq)
         self.num_preemptions += 1
 
-    def update(self, plan: StepPlan, sampled: dict[RequestId, int]) -> None:
-        """Advance each scheduled sequence past the tokens it computed this step
-        and append the token it sampled, if any."""
-        for item in plan.scheduled:
-            seq = item.seq
-            seq.num_computed_tokens += item.num_new_tokens
-            token = sampled.get(seq.request_id)
-            if token is not None:
-                seq.output_ids.append(token)
+    def _release(self, seq: Sequence) -> None:
+        # Tail first: a sequence's last blocks are the least likely to be shared,
+        # so they are the first the LRU queue evicts.
+        self.pool.free(seq.block_ids[::-1])
+        seq.block_ids = []
+        seq.num_computed_tokens = 0
+
+    # ---- prefix cache names ---------------------------------------------------
+
+    def _hash_known_blocks(self, seq: Sequence) -> None:
+        bs = self.config.block_size
+        for i in range(len(seq.block_hashes), seq.num_tokens // bs):
+            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            tokens = seq.tokens(i * bs, (i + 1) * bs)
+            seq.block_hashes.append(hash_block(parent, tokens, self.config.cache_salt))
+
+    def _register_filled_blocks(self, seq: Sequence, num_new: int) -> None:
+        """Name the blocks this step's num_new tokens completed."""
+        bs = self.config.block_size
+        first = (seq.num_computed_tokens - num_new) // bs
+        last = seq.num_computed_tokens // bs
+        if last > first:
+            self._hash_known_blocks(seq)
+            for i in range(first, last):
+                self.pool.register(seq.block_ids[i], seq.block_hashes[i])
+
+
+def _expired(seq: Sequence, now_ts: float) -> bool:
+    deadline = seq.request.deadline_ts
+    return deadline is not None and now_ts > deadline and seq.request.clock.scheduled_ts is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from vigil.engine.kv_cache import BlockId
+from vigil.engine.kv_cache import BlockHash, BlockId
 from vigil.engine.request import GenerationRequest, Priority, RequestId
 
 
@@ -25,6 +25,8 @@ class Sequence:
     # computed yet: it is the next step's input.
     num_computed_tokens: int = 0
     status: SeqStatus = SeqStatus.WAITING
+    # Prefix-cache names of this sequence's full blocks, in order, as far as known.
+    block_hashes: list[BlockHash] = field(default_factory=list)
 
     @property
     def request_id(self) -> RequestId:
@@ -41,6 +43,12 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.request.prompt_ids) + len(self.output_ids)
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        prompt = self.request.prompt_ids
+        if end <= len(prompt):
+            return prompt[start:end]
+        return (prompt + self.output_ids)[start:end]
 
     def token_at(self, position: int) -> int:
         prompt = self.request.prompt_ids

@@ -28,7 +28,10 @@ class EngineStats:
     num_running: int
     num_kv_blocks_total: int
     num_kv_blocks_used: int
+    num_kv_blocks_cached: int  # carry a prefix hash, in use or evictable
     num_preemptions: int
+    num_prefix_queried_tokens: int  # tokens of admitted sequences looked up in the cache
+    num_prefix_hit_tokens: int  # of those, served from cached blocks
     num_steps: int
     last_step: StepStats | None
 
@@ -39,6 +42,3 @@ class EngineStats:
     @property
     def kv_cache_usage(self) -> float:
         return self.num_kv_blocks_used / self.num_kv_blocks_total
-
-
-EMPTY_STATS = EngineStats(0, 0, 0, 1, 0, 0, 0, None)

@@ -33,6 +33,22 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-seqs", type=int, help="most sequences in one batch (32)")
     g.add_argument("--max-num-batched-tokens", type=int, help="token budget of one step (2048)")
     g.add_argument("--max-model-len", type=int, help="cap on prompt + output tokens")
+    g.add_argument(
+        "--max-queue-wait",
+        type=float,
+        help="seconds a request may wait to start before it times out (30)",
+    )
+    g.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        default=None,
+        help="turn the prefix cache off  [VIGIL_NO_PREFIX_CACHE=1]",
+    )
+    g.add_argument(
+        "--batch-aging",
+        type=float,
+        help="seconds after which a waiting batch request goes ahead of interactive ones (10)",
+    )
     g.add_argument("--embed-max-batch-size", type=int, help="embedding batch size cap (32)")
     g.add_argument("--embed-max-wait-ms", type=float, help="embedding batch window (5 ms)")
 

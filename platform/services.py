@@ -14,7 +14,7 @@ from vigil.platform.gateway.generation import GenerationService
 from vigil.platform.gateway.models import ModelDirectory
 from vigil.platform.settings import ServeSettings
 from vigil.platform.telemetry.live import Gauges, LiveSeries
-from vigil.platform.telemetry.metrics import EngineStatsCollector, Metrics
+from vigil.platform.telemetry.metrics import EngineStatsCollector, Metrics, step_observer
 from vigil.platform.telemetry.recorder import RequestRecorder
 from vigil.platform.worker.local import LocalWorker
 
@@ -33,12 +33,15 @@ class Services:
 
 
 def build_services(settings: ServeSettings) -> Services:
-    worker = LocalWorker(settings.models, settings.engine)
     registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    worker = LocalWorker(
+        settings.models, settings.engine, lambda name: step_observer(metrics, name)
+    )
     live = LiveSeries()
     models = ModelDirectory(worker)
     registry.register(EngineStatsCollector(models.snapshots))
-    recorder = RequestRecorder(Metrics(registry), live)
+    recorder = RequestRecorder(metrics, live)
     db = create_engine(settings.resolved_database_url)
     return Services(
         settings=settings,
@@ -46,7 +49,7 @@ def build_services(settings: ServeSettings) -> Services:
         registry=registry,
         live=live,
         models=models,
-        generation=GenerationService(models, recorder),
+        generation=GenerationService(models, recorder, settings.engine.max_queue_wait_s),
         embedding=EmbeddingService(models, recorder),
         db=db,
         versions=ModelVersionService(session_factory(db)),

@@ -31,6 +31,9 @@ class EngineSettings:
     max_model_len: int | None = None
     embed_max_batch_size: int = 32
     embed_max_wait_ms: float = 5.0
+    max_queue_wait_s: float = 30.0  # a request not started by then gets a timeout error
+    enable_prefix_caching: bool = True
+    batch_aging_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +100,27 @@ def _int(value: str | None, name: str, default: int, minimum: int = 1) -> int:
     return number
 
 
+def _float(value: str | None, name: str, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds or ms, got {value!r}") from None
+    if number <= 0:
+        raise SettingsError(f"{name} must be positive, got {number}")
+    return number
+
+
 def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> EngineSettings:
     d = EngineSettings()
     threads = _pick(flags.get("torch_threads"), env, "TORCH_THREADS")
     max_len = _pick(flags.get("max_model_len"), env, "MAX_MODEL_LEN")
     kv = _pick(flags.get("kv_cache_memory"), env, "KV_CACHE_MEMORY")
     wait = _pick(flags.get("embed_max_wait_ms"), env, "EMBED_MAX_WAIT_MS")
+    queue_wait = _pick(flags.get("max_queue_wait"), env, "MAX_QUEUE_WAIT")
+    aging = _pick(flags.get("batch_aging"), env, "BATCH_AGING")
+    no_prefix = flags.get("no_prefix_cache") or _env(env, "NO_PREFIX_CACHE") in ("1", "true")
     settings = EngineSettings(
         device=_pick(flags.get("device"), env, "DEVICE") or d.device,
         dtype=_pick(flags.get("dtype"), env, "DTYPE") or d.dtype,
@@ -125,7 +143,10 @@ def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Engi
             "embed max batch size",
             d.embed_max_batch_size,
         ),
-        embed_max_wait_ms=float(wait) if wait else d.embed_max_wait_ms,
+        embed_max_wait_ms=_float(wait, "embed max wait", d.embed_max_wait_ms),
+        max_queue_wait_s=_float(queue_wait, "max queue wait", d.max_queue_wait_s),
+        enable_prefix_caching=not no_prefix,
+        batch_aging_s=_float(aging, "batch aging", d.batch_aging_s),
     )
     if settings.max_num_batched_tokens < settings.max_num_seqs:
         raise SettingsError(

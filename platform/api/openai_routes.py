@@ -38,6 +38,26 @@ class EngineFailed(APIError):
     error_type = "server_error"
 
 
+class QueueTimeout(APIError):
+    """The request waited in the queue past its deadline and never started. 503 with
+    Retry-After: the server is overloaded now, the same request may succeed later."""
+
+    status_code = 503
+    error_type = "service_unavailable_error"
+
+
+def _failure(event: FinishEvent) -> APIError:
+    if event.reason is FinishReason.TIMEOUT:
+        waited = event.clock.finished_ts - event.clock.arrival_ts if event.clock.finished_ts else 0
+        return QueueTimeout(
+            f"The request waited {waited:.1f} s in the queue without starting and was dropped; "
+            "the server is overloaded, retry later.",
+            code="queue_timeout",
+            headers={"Retry-After": "1"},
+        )
+    return EngineFailed(event.error or "the engine stopped the request", code="engine_error")
+
+
 class OpenAIController(Controller):
     path = "/v1"
     tags = ("OpenAI-compatible",)
@@ -111,9 +131,7 @@ async def _collect(
         parts.append(event.text)
         if isinstance(event, FinishEvent):
             if event.reason not in _FINISH:
-                raise EngineFailed(
-                    event.error or "the engine stopped the request", code="engine_error"
-                )
+                raise _failure(event)
             return "".join(parts), event
     raise AssertionError("the engine's event stream ended without a FinishEvent")
 
@@ -177,8 +195,8 @@ def _final(
     """The closing chunk(s): finish_reason, then usage if asked for; an error
     event instead when the engine failed the request mid-stream."""
     if event.reason not in _FINISH:
-        message = event.error or "the engine stopped the request"
-        return sse(error_body(message, "server_error", None, "engine_error"))
+        error = _failure(event)
+        return sse(error_body(error.message, error.error_type, None, error.code))
     out = last_chunk
     if include_usage:
         usage = _usage(event)

@@ -39,9 +39,12 @@ class PreparedGeneration:
 
 
 class GenerationService:
-    def __init__(self, models: ModelDirectory, recorder: RequestRecorder) -> None:
+    def __init__(
+        self, models: ModelDirectory, recorder: RequestRecorder, max_queue_wait_s: float
+    ) -> None:
         self.models = models
         self.recorder = recorder
+        self.max_queue_wait_s = max_queue_wait_s
 
     def prepare_chat(self, body: ChatCompletionRequest, arrival_ts: float) -> PreparedGeneration:
         engine = self.models.llm(body.model)
@@ -123,6 +126,7 @@ class GenerationService:
             params=params,
             priority=Priority.INTERACTIVE,
             clock=RequestClock(arrival_ts),
+            deadline_ts=arrival_ts + self.max_queue_wait_s,
         )
         try:
             engine.check_request(request)

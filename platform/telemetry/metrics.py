@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vigil.engine.stats import EngineStats
+from vigil.engine.stats import EngineStats, StepStats
 
 TTFT_BUCKETS_S = (
     0.001,
@@ -87,6 +87,10 @@ REQUEST_BUCKETS_S = (
 )
 
 
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     deployment: str
@@ -131,6 +135,20 @@ class Metrics:
         self.generation_tokens = Counter(
             "vigil_generation_tokens", "Output tokens generated.", labels, registry=registry
         )
+        self.batch_size = Histogram(
+            "vigil_batch_size",
+            "Sequences in one engine step.",
+            labels,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.step_time = Histogram(
+            "vigil_engine_step_seconds",
+            "Wall time of one engine step: schedule, forward, sample, outputs.",
+            labels,
+            buckets=STEP_BUCKETS_S,
+            registry=registry,
+        )
         self.requests = Counter(
             "vigil_requests", "Requests ended, by outcome.", [*labels, "outcome"], registry=registry
         )
@@ -156,6 +174,16 @@ class EngineStatsCollector(Collector):
             "Used KV cache blocks over all blocks, 0-1.",
             labels=["deployment"],
         )
+        queried = CounterMetricFamily(
+            "vigil_prefix_cache_queried_tokens",
+            "Prompt tokens looked up in the prefix cache on admission.",
+            labels=["deployment"],
+        )
+        hits = CounterMetricFamily(
+            "vigil_prefix_cache_hit_tokens",
+            "Prompt tokens served from the prefix cache instead of computed.",
+            labels=["deployment"],
+        )
         preempt = CounterMetricFamily(
             "vigil_preemptions",
             "Sequences preempted for lack of KV cache blocks.",
@@ -168,4 +196,17 @@ class EngineStatsCollector(Collector):
             running.add_metric([d], s.num_running)
             kv.add_metric([d], s.kv_cache_usage)
             preempt.add_metric([d], s.num_preemptions)
-        yield from (waiting, running, kv, preempt)
+            queried.add_metric([d], s.num_prefix_queried_tokens)
+            hits.add_metric([d], s.num_prefix_hit_tokens)
+        yield from (waiting, running, kv, preempt, queried, hits)
+
+
+def step_observer(metrics: Metrics, deployment: str) -> Callable[[StepStats], None]:
+    batch_size = metrics.batch_size.labels(deployment)
+    step_time = metrics.step_time.labels(deployment)
+
+    def observe(step: StepStats) -> None:
+        batch_size.observe(step.num_seqs)
+        step_time.observe(step.total_s)
+
+    return observe

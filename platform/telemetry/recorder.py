@@ -12,6 +12,7 @@ _OUTCOMES = {
     FinishReason.STOP: "finished",
     FinishReason.LENGTH: "length",
     FinishReason.ABORT: "aborted",
+    FinishReason.TIMEOUT: "timed_out",
     FinishReason.ERROR: "failed",
 }
 

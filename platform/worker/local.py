@@ -16,7 +16,7 @@ from enum import StrEnum
 
 import torch
 
-from vigil.engine.async_engine import AsyncLLMEngine
+from vigil.engine.async_engine import AsyncLLMEngine, StepObserver
 from vigil.engine.bundled import ModelKind, ModelSource, bundled_source
 from vigil.engine.device import resolve_device, resolve_dtype
 from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig
@@ -49,9 +49,18 @@ def configure_torch(settings: EngineSettings) -> None:
     torch.set_num_threads(threads)
 
 
+StepObserverFactory = Callable[[str], StepObserver]
+
+
 class LocalWorker:
-    def __init__(self, model_names: tuple[str, ...], settings: EngineSettings) -> None:
+    def __init__(
+        self,
+        model_names: tuple[str, ...],
+        settings: EngineSettings,
+        step_observer: StepObserverFactory | None = None,
+    ) -> None:
         self.settings = settings
+        self._step_observer = step_observer
         self.sources = [bundled_source(name) for name in model_names]
         self.llms: dict[str, AsyncLLMEngine] = {}
         self.embedders: dict[str, AsyncEmbedder] = {}
@@ -96,8 +105,11 @@ class LocalWorker:
                 max_num_seqs=s.max_num_seqs,
                 max_num_batched_tokens=s.max_num_batched_tokens,
                 max_model_len=s.max_model_len,
+                enable_prefix_caching=s.enable_prefix_caching,
+                batch_aging_s=s.batch_aging_s,
             )
-            engine = AsyncLLMEngine(LLMEngine(lm, config))
+            observer = self._step_observer(source.name) if self._step_observer else None
+            engine = AsyncLLMEngine(LLMEngine(lm, config), on_step=observer)
             self._start_soon(engine.start)
             self.llms[source.name] = engine
         else:

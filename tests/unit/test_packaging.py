@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -32,20 +33,34 @@ def test_import_platform_from_the_root_is_the_standard_library() -> None:
 
 @pytest.mark.slow
 def test_wheel_contains_the_whole_package_and_its_cli_runs(tmp_path: Path) -> None:
+    # Build from a copy, so that no build/ folder of an earlier build leaks stale files.
+    source = tmp_path / "src"
+    skip = shutil.ignore_patterns(
+        ".git",
+        ".venv",
+        "node_modules",
+        "build",
+        "*.egg-info",
+        "__pycache__",
+        ".typecheck",
+        "test-results",
+        ".*_cache",
+    )
+    shutil.copytree(ROOT, source, ignore=skip)
     subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            ".",
+            str(source),
             "--no-deps",
             "--no-build-isolation",
             "--quiet",
             "-w",
             str(tmp_path),
         ],
-        cwd=ROOT,
+        cwd=source,
         check=True,
         capture_output=True,
     )

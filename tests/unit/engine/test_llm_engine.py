@@ -49,16 +49,36 @@ PROMPTS = [
     ("How many legs does a spider have?", True, 4),
     (f"Summarise this story in one sentence: {PASSAGE}", True, 9),
     ("The capital of Italy is", False, 7),
+    # The same long passage again with other questions: with the prefix cache on, these
+    # share its leading blocks with the one above.
+    (f"Summarise this story in one sentence: {PASSAGE} Who took the keys?", True, 6),
+    (f"Summarise this story in one sentence: {PASSAGE} How many steps?", True, 5),
+    ("Name a planet.", True, 3),
+    ("What colour is the sky?", True, 11),
+    ("Translate 'good morning' into French.", True, 7),
+    ("1, 2, 3, 4,", False, 8),
+    ("Give me a word that rhymes with cat.", True, 4),
+    ("Why do birds fly south?", True, 12),
 ]
 
 
 def make_engine(
-    lm: LanguageModel, num_blocks: int = 64, block_size: int = 16, **overrides: int
+    lm: LanguageModel,
+    num_blocks: int = 64,
+    block_size: int = 16,
+    prefix_cache: bool = False,
+    **overrides: int,
 ) -> LLMEngine:
     memory = kv_bytes_per_token(lm) * block_size * num_blocks
     config = {"max_num_seqs": 16, "max_num_batched_tokens": 64, **overrides}
     return LLMEngine(
-        lm, EngineConfig(block_size=block_size, kv_cache_memory_bytes=memory, **config)
+        lm,
+        EngineConfig(
+            block_size=block_size,
+            kv_cache_memory_bytes=memory,
+            enable_prefix_caching=prefix_cache,
+            **config,
+        ),
     )
 
 
@@ -165,10 +185,19 @@ def test_prompts_are_mixed_and_one_needs_chunked_prefill(smollm2: LanguageModel)
     assert len({max_tokens for _, _, max_tokens in PROMPTS}) >= 6
 
 
+@pytest.mark.parametrize("prefix_cache", [False, True], ids=["no-prefix-cache", "prefix-cache"])
 def test_concurrent_greedy_outputs_equal_each_run_alone(
-    smollm2: LanguageModel, alone: dict[RequestId, Outcome], assert_greedy_runs_agree
+    smollm2: LanguageModel,
+    alone: dict[RequestId, Outcome],
+    assert_greedy_runs_agree,
+    prefix_cache: bool,
 ) -> None:
-    engine = make_engine(smollm2)
+    # Without the cache, a budget that admits all sixteen at once (chunked prefill is
+    # covered by the preemption test). With it, a smaller budget spreads admission over
+    # steps, so later prompts find the blocks earlier ones computed (shared system
+    # prompt, shared passage) instead of all computing them in the same step.
+    budget = 128 if prefix_cache else 1024
+    engine = make_engine(smollm2, prefix_cache=prefix_cache, max_num_batched_tokens=budget)
     seqs_per_step: list[int] = []
     step = engine.step
 
@@ -179,22 +208,32 @@ def test_concurrent_greedy_outputs_equal_each_run_alone(
 
     engine.step = counting_step  # type: ignore[method-assign]
     batched = run(engine, requests(smollm2))
-    assert max(seqs_per_step) == len(PROMPTS)  # all eight really shared a batch
     assert engine.stats().num_preemptions == 0
+    hits = engine.stats().num_prefix_hit_tokens
+    if prefix_cache:
+        assert hits >= 3 * 16  # at least the passage's blocks, reused by the two followers
+        assert max(seqs_per_step) >= 8
+    else:
+        assert hits == 0
+        assert max(seqs_per_step) == len(PROMPTS)  # all sixteen really shared a batch
     assert_same_as_alone(batched, alone, assert_greedy_runs_agree)
 
 
+@pytest.mark.parametrize("prefix_cache", [False, True], ids=["no-prefix-cache", "prefix-cache"])
 def test_outputs_survive_preemption(
-    smollm2: LanguageModel, alone: dict[RequestId, Outcome], assert_greedy_runs_agree
+    smollm2: LanguageModel,
+    alone: dict[RequestId, Outcome],
+    assert_greedy_runs_agree,
+    prefix_cache: bool,
 ) -> None:
-    # 40 blocks of 4 tokens: the longest request (134 tokens) fits alone, all eight together
-    # (about 330) do not; small blocks make decoding sequences ask for blocks often.
-    engine = make_engine(smollm2, num_blocks=40, block_size=4)
+    # 40 blocks of 4 tokens: the longest request (about 150 tokens) fits alone, all sixteen
+    # together do not; small blocks make decoding sequences ask for blocks often.
+    engine = make_engine(smollm2, num_blocks=40, block_size=4, prefix_cache=prefix_cache)
     outputs_when_preempted: list[int] = []
     schedule = engine.scheduler.schedule
 
-    def recording_schedule():  # type: ignore[no-untyped-def]
-        plan = schedule()
+    def recording_schedule(now_ts: float):  # type: ignore[no-untyped-def]
+        plan = schedule(now_ts)
         outputs_when_preempted.extend(len(seq.output_ids) for seq in plan.preempted)
         return plan
 

@@ -6,7 +6,13 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from vigil.engine.kv_cache import BlockPool, blocks_needed
-from vigil.engine.request import GenerationRequest, Priority, RequestId, SamplingParams
+from vigil.engine.request import (
+    GenerationRequest,
+    Priority,
+    RequestClock,
+    RequestId,
+    SamplingParams,
+)
 from vigil.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
 from vigil.engine.sequence import SeqStatus, Sequence
 
@@ -129,7 +135,7 @@ def test_preempts_newest_when_out_of_blocks() -> None:
     assert (b.status, b.block_ids, b.num_computed_tokens) == (SeqStatus.WAITING, [], 0)
     assert b.output_ids == [SAMPLED, SAMPLED]  # kept, and recomputed with the prompt later
     assert list(sched.waiting[INTERACTIVE]) == [b, c]  # back at the head, ahead of c
-    assert a.block_ids == [0, 1, 2]
+    assert a.block_ids == [0, 1, 3]  # b freed tail first: its last block went first
     assert sched.num_preemptions == 1
 
     assert shape(step(sched)) == [("a", 1)]  # b's 5 tokens need 3 blocks; 1 is free
@@ -137,7 +143,7 @@ def test_preempts_newest_when_out_of_blocks() -> None:
     plan = step(sched)
     assert shape(plan) == [("b", 5)]  # prompt and both outputs, recomputed in one chunk
     assert b.output_ids == [SAMPLED] * 3  # the recompute ends on a new token
-    assert b.block_ids == [3, 0, 1]
+    assert b.block_ids == [2, 3, 1]
     assert c.status is SeqStatus.WAITING  # two blocks needed, one free
 
 
@@ -196,7 +202,8 @@ def test_finished_sequence_frees_its_blocks_for_the_next_step() -> None:
     assert (a.status, a.block_ids, sched.pool.num_free) == (SeqStatus.FINISHED, [], 2)
     assert sched.running == []
     assert shape(step(sched)) == [("b", 4)]
-    assert b.block_ids == [0]
+    # a's blocks went back tail first, so its last block is the first reused
+    assert b.block_ids == [1]
 
 
 def test_finishing_a_waiting_sequence_takes_it_out_of_its_queue() -> None:
@@ -205,9 +212,9 @@ def test_finishing_a_waiting_sequence_takes_it_out_of_its_queue() -> None:
     sched.add(a)
     sched.add(b)
     step(sched)
-    assert sched.find(RequestId("b")) is b
+    assert b in sched.waiting[BATCH]
     sched.finish(b)
-    assert sched.find(RequestId("b")) is None
+    assert b not in sched.waiting[BATCH]
     assert sched.num_waiting == 0 and b.status is SeqStatus.FINISHED
     sched.finish(a)
     assert not sched.has_work()
@@ -230,8 +237,11 @@ _ops = st.lists(
 def _check_invariants(sched: Scheduler, live: list[Sequence]) -> None:
     pool, bs = sched.pool, sched.config.block_size
     owned = [b for seq in live for b in seq.block_ids]
-    assert len(owned) == len(set(owned)) == pool.num_used  # no block shared or lost
-    assert min(pool._ref_counts) >= 0 and max(pool._ref_counts) <= 1
+    assert len(set(owned)) == pool.num_used  # no block lost
+    assert sum(pool._ref_counts) == len(owned)  # one reference per holder
+    assert min(pool._ref_counts) >= 0
+    if not sched.config.enable_prefix_caching:
+        assert len(owned) == len(set(owned))  # only the prefix cache shares blocks
     assert len(sched.running) <= sched.config.max_num_seqs
     for seq in live:
         if seq.status is SeqStatus.RUNNING:
@@ -268,13 +278,19 @@ def _step_and_retire(sched: Scheduler, live: list[Sequence]) -> StepPlan:
     block_size=st.sampled_from([1, 2, 3]),
     budget=st.integers(1, 16),
     max_num_seqs=st.integers(1, 4),
+    caching=st.booleans(),
 )
 def test_random_operations_never_leak_blocks(
-    ops: list[tuple], num_blocks: int, block_size: int, budget: int, max_num_seqs: int
+    ops: list[tuple],
+    num_blocks: int,
+    block_size: int,
+    budget: int,
+    max_num_seqs: int,
+    caching: bool,
 ) -> None:
-    sched = make_scheduler(
-        num_blocks=num_blocks, block_size=block_size, budget=budget, max_num_seqs=max_num_seqs
-    )
+    # Every prompt starts with the same tokens, so with caching on they share blocks.
+    config = SchedulerConfig(max_num_seqs, budget, block_size, enable_prefix_caching=caching)
+    sched = Scheduler(config, BlockPool(num_blocks))
     capacity = num_blocks * block_size
     live: list[Sequence] = []
     for n, op in enumerate(ops):
@@ -301,3 +317,106 @@ def test_random_operations_never_leak_blocks(
     # Steer the search toward runs that preempt a lot (about a third of the examples).
     target(float(sched.num_preemptions))
     assert sched.pool.num_free == num_blocks
+
+
+# ---- prefix cache, deadlines, aging ---------------------------------------------------
+
+
+def caching_scheduler(num_blocks: int = 16, budget: int = 64) -> Scheduler:
+    config = SchedulerConfig(4, budget, 4, enable_prefix_caching=True, cache_salt="m@1")
+    return Scheduler(config, BlockPool(num_blocks))
+
+
+def seq_with(
+    rid: str,
+    tokens: list[int],
+    priority: Priority = INTERACTIVE,
+    arrival_ts: float = 0.0,
+    deadline_ts: float | None = None,
+) -> Sequence:
+    request = GenerationRequest(
+        RequestId(rid), tokens, SamplingParams(8), priority, RequestClock(arrival_ts), deadline_ts
+    )
+    return Sequence(request, arrival_index=-1)
+
+
+def test_identical_prompt_reuses_cached_blocks_and_computes_only_its_last_token() -> None:
+    sched = caching_scheduler()
+    a = seq_with("a", list(range(8)))  # two full blocks of 4
+    sched.add(a)
+    step(sched)
+    sched.finish(a)
+    b = seq_with("b", list(range(8)))
+    sched.add(b)
+    plan = step(sched)
+    # Both blocks come from the cache; the last token is fed again for its logits.
+    assert shape(plan) == [("b", 1)]
+    assert b.block_ids[:2] == [0, 1]
+    assert (sched.num_prefix_queried_tokens, sched.num_prefix_hit_tokens) == (16, 7)
+
+
+def test_shared_leading_blocks_are_reused_and_the_rest_computed() -> None:
+    sched = caching_scheduler()
+    system = [1, 2, 3, 4, 5, 6, 7, 8]
+    a = seq_with("a", [*system, 50, 51])
+    sched.add(a)
+    step(sched)  # a keeps running: its blocks are shared, not just cached
+    b = seq_with("b", [*system, 60, 61, 62])
+    sched.add(b)
+    plan = step(sched)
+    assert shape(plan) == [("a", 1), ("b", 3)]
+    assert b.block_ids[:2] == a.block_ids[:2]
+    assert [sched.pool.ref_count(blk) for blk in b.block_ids[:2]] == [2, 2]
+    assert b.block_ids[2] not in a.block_ids
+
+
+def test_a_different_salt_never_matches() -> None:
+    pool = BlockPool(16)
+    one = Scheduler(SchedulerConfig(4, 64, 4, True, "model@1"), pool)
+    a = seq_with("a", list(range(8)))
+    one.add(a)
+    step(one)
+    one.finish(a)
+    other = Scheduler(SchedulerConfig(4, 64, 4, True, "model@2"), pool)
+    b = seq_with("b", list(range(8)))
+    other.add(b)
+    assert shape(step(other)) == [("b", 8)]
+
+
+def test_prefix_cache_off_computes_everything() -> None:
+    sched = make_scheduler(budget=64)
+    for rid in ("a", "b"):
+        seq = seq_with(rid, list(range(8)))
+        sched.add(seq)
+        assert shape(step(sched)) == [(rid, 8)]
+        sched.finish(seq)
+    assert sched.num_prefix_hit_tokens == 0
+
+
+def test_request_waiting_past_its_deadline_expires_without_starting() -> None:
+    sched = make_scheduler(max_num_seqs=1)
+    a = seq_with("a", [1, 2], deadline_ts=10.0)
+    b = seq_with("b", [3, 4], deadline_ts=5.0)
+    sched.add(a)
+    sched.add(b)
+    a.request.clock.scheduled_ts = 1.0  # what the engine records when a starts
+    assert shape(sched.schedule(1.0)) == [("a", 2)]
+    plan = sched.schedule(6.0)  # b waited past its deadline behind max_num_seqs
+    assert plan.expired == [b] and b.status is SeqStatus.FINISHED
+    assert sched.num_waiting == 0
+    # a started before its deadline: it is never expired
+    assert sched.schedule(11.0).expired == []
+
+
+def test_waiting_batch_request_goes_first_once_it_has_aged() -> None:
+    config = SchedulerConfig(1, 64, 4, batch_aging_s=5.0)
+    sched = Scheduler(config, BlockPool(16))
+    old_batch = seq_with("batch", [1, 2], BATCH, arrival_ts=0.0)
+    fresh = seq_with("interactive", [3, 4], INTERACTIVE, arrival_ts=4.0)
+    sched.add(old_batch)
+    sched.add(fresh)
+    assert shape(sched.schedule(4.0)) == [("interactive", 2)]  # batch has waited 4 s < 5 s
+    sched.finish(fresh)
+    late = seq_with("late", [5, 6], INTERACTIVE, arrival_ts=6.0)
+    sched.add(late)
+    assert shape(sched.schedule(6.0)) == [("batch", 2)]  # waited 6 s: it goes first
