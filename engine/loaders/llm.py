@@ -10,7 +10,7 @@ from vigil.engine.bundled import ModelFormat, ModelSource
 from vigil.engine.loaders import hf
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.model.config import LlamaConfig
-from vigil.engine.model.llama import LlamaForCausalLM, RotaryEmbedding
+from vigil.engine.model.llama import LlamaForCausalLM, RotaryEmbedding, fuse_projections
 from vigil.engine.tokenizer import Tokenizer
 
 
@@ -49,8 +49,10 @@ def load_language_model(
 def build_llama(
     cfg: LlamaConfig, weights: dict[str, torch.Tensor], device: torch.device
 ) -> LlamaForCausalLM:
+    """From Hugging Face-named weights (consumed: the dict is emptied as it goes)."""
     # Build on the meta device and adopt the loaded tensors: no time or memory
     # spent on a random initialisation that would be overwritten.
+    fuse_projections(weights, cfg.num_layers)
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
     allowed_missing = {"lm_head.weight"} if cfg.tie_word_embeddings else set()

@@ -53,15 +53,15 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:  # (T, H, D)
-    k_cache[meta.slot_mapping] = k
-    v_cache[meta.slot_mapping] = v
+    k_cache.index_copy_(0, meta.slot_mapping, k)
+    v_cache.index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     nd = meta.num_decodes
     if nd:
         assert meta.decode_slots is not None and meta.decode_mask is not None
         qd = q[:nd].unsqueeze(2)  # (Bd, H, 1, D)
-        kd = k_cache[meta.decode_slots].transpose(1, 2)  # (Bd, KVH, Lmax, D)
-        vd = v_cache[meta.decode_slots].transpose(1, 2)
+        kd = _gather(k_cache, meta.decode_slots).transpose(1, 2)  # (Bd, KVH, Lmax, D)
+        vd = _gather(v_cache, meta.decode_slots).transpose(1, 2)
         od = F.scaled_dot_product_attention(
             qd, kd, vd, attn_mask=meta.decode_mask, scale=scale, enable_gqa=True
         )
@@ -76,14 +76,20 @@ def paged_attention(
                 qp, kp, vp, is_causal=True, scale=scale, enable_gqa=True
             )
         else:
-            kp = k_cache[span.context_slots].transpose(0, 1).unsqueeze(0)  # (1, KVH, L, D)
-            vp = v_cache[span.context_slots].transpose(0, 1).unsqueeze(0)
+            kp = _gather(k_cache, span.context_slots).transpose(0, 1).unsqueeze(0)  # (1, KVH, L, D)
+            vp = _gather(v_cache, span.context_slots).transpose(0, 1).unsqueeze(0)
             mask = _causal_mask(span.num_tokens, span.num_cached, q.device)
             op = F.scaled_dot_product_attention(
                 qp, kp, vp, attn_mask=mask, scale=scale, enable_gqa=True
             )
         out[rows] = op.squeeze(0).transpose(0, 1)
     return out
+
+
+def _gather(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """cache[slots] for a (..., ) tensor of slot ids -> (..., KVH, D). index_select on
+    the flat slot axis is several times faster on CPU than advanced indexing."""
+    return cache.index_select(0, slots.reshape(-1)).view(*slots.shape, *cache.shape[1:])
 
 
 def _causal_mask(num_new: int, num_cached: int, device: torch.device) -> torch.Tensor:

@@ -1,8 +1,11 @@
 """Llama-family decoder: RMSNorm, rotary positions, grouped-query attention, SwiGLU.
 
-Parameter names follow Hugging Face's `LlamaForCausalLM` so that a safetensors
-checkpoint loads by name; the GGUF loader renames its tensors to match.
-RoPE is the rotate-half form (the GGUF loader undoes llama.cpp's row permutation).
+Parameter names follow Hugging Face's `LlamaForCausalLM`, except that the q/k/v
+projections are one `qkv_proj` and gate/up one `gate_up_proj`: one matmul
+instead of three (two), which matters at the small batch sizes of decoding.
+`fuse_projections` turns a Hugging Face state dict into this layout; the GGUF
+loader renames its tensors to Hugging Face's names first. RoPE is the
+rotate-half form (the GGUF loader undoes llama.cpp's row permutation).
 """
 
 from __future__ import annotations
@@ -22,10 +25,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        # Normalised in float32 whatever the model dtype, as Hugging Face does.
+        out = F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps)
+        return out.to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -43,13 +45,11 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        # q: (T, H, D), k: (T, KVH, D), positions: (T,)
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)  # (T, 1, D)
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x: (T, heads, D) -- queries and keys together, positions: (T,)
+        cos = self.cos[positions].unsqueeze(1).to(x.dtype)  # (T, 1, D)
+        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
+        return x * cos + _rotate_half(x) * sin
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -64,9 +64,8 @@ class Attention(nn.Module):
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
         self.scale = cfg.head_dim**-0.5
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        qkv_heads = cfg.num_heads + 2 * cfg.num_kv_heads
+        self.qkv_proj = nn.Linear(cfg.hidden_size, qkv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
 
     def forward(
@@ -78,10 +77,10 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        q, k = rope(q, k, positions)
+        h, kvh = self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(t, h + 2 * kvh, self.head_dim)
+        qk = rope(qkv[:, : h + kvh], positions)  # (T, H + KVH, D): one rotation for both
+        q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh :]
         out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
@@ -89,12 +88,12 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -150,3 +149,14 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, hidden) -> (N, vocab) in float32; only the rows that sample pay for it."""
         return self.lm_head(hidden).float()
+
+
+def fuse_projections(weights: dict[str, torch.Tensor], num_layers: int) -> None:
+    """Hugging Face layout -> ours, in place: q/k/v rows stacked into qkv_proj,
+    gate/up rows into gate_up_proj."""
+    for i in range(num_layers):
+        attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        parts = [weights.pop(f"{attn}{n}_proj.weight") for n in ("q", "k", "v")]
+        weights[f"{attn}qkv_proj.weight"] = torch.cat(parts)
+        parts = [weights.pop(f"{mlp}{n}_proj.weight") for n in ("gate", "up")]
+        weights[f"{mlp}gate_up_proj.weight"] = torch.cat(parts)
