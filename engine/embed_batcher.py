@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NewType
 
@@ -100,6 +100,18 @@ class EmbedderStats:
     last_batch_run_s: float  # padding, forward, pooling, conversion to lists
 
 
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """One forward pass, as an observer sees it."""
+
+    size: int
+    waits_s: tuple[float, ...]  # each item's arrival -> batch start: the batching delay
+    run_s: float
+
+
+BatchObserver = Callable[[BatchRecord], None]
+
+
 @dataclass(slots=True)
 class _Item:
     pending: PendingItem
@@ -108,9 +120,13 @@ class _Item:
 
 
 class AsyncEmbedder:
-    def __init__(self, model: EmbeddingModel, config: BatcherConfig) -> None:
+    def __init__(
+        self, model: EmbeddingModel, config: BatcherConfig, on_batch: BatchObserver | None = None
+    ) -> None:
+        """on_batch runs in the model thread after every batch: keep it cheap."""
         self.model = model
         self.config = config
+        self._on_batch = on_batch
         self._inbox: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -198,6 +214,9 @@ class AsyncEmbedder:
             self._fail(batch, exc)
             rows = []
         run_s = time.monotonic() - start_ts
+        if self._on_batch is not None:
+            waits = tuple(start_ts - it.pending.arrival_ts for it in batch)
+            self._on_batch(BatchRecord(len(batch), waits, run_s))
         self._stats = EmbedderStats(
             num_waiting=num_waiting,
             num_batches=self._stats.num_batches + 1,

@@ -39,6 +39,8 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     # A batch-class request waiting this long is admitted ahead of interactive ones.
     batch_aging_s: float = 10.0
+    # Decode attention with the native CPU kernel when it builds (engine/kernels).
+    native_attention: bool = True
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -84,7 +86,7 @@ class LLMEngine:
             ),
             self.pool,
         )
-        self.runner = ModelRunner(lm, num_blocks, config.block_size)
+        self.runner = ModelRunner(lm, num_blocks, config.block_size, config.native_attention)
         self._seqs: dict[RequestId, Sequence] = {}
         self._outputs: dict[RequestId, _Output] = {}
         self._num_steps = 0

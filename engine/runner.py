@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from vigil.engine.loaders.llm import LanguageModel
-from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
+from vigil.engine.kernels import paged_attention_ext
+from vigil.engine.model.attention import AttentionMetadata, DecodeKernel, PrefillSpan
 from vigil.engine.request import RequestId
 from vigil.engine.sampler import make_generator, sample
 from vigil.engine.scheduler import ScheduledSeq, StepPlan
@@ -36,7 +37,9 @@ def kv_bytes_per_token(lm: LanguageModel) -> int:
 
 
 class ModelRunner:
-    def __init__(self, lm: LanguageModel, num_blocks: int, block_size: int) -> None:
+    def __init__(
+        self, lm: LanguageModel, num_blocks: int, block_size: int, native_attention: bool = True
+    ) -> None:
         cfg = lm.config
         self.lm = lm
         self.block_size = block_size
@@ -47,6 +50,10 @@ class ModelRunner:
             device=lm.device,
         )
         self._generators: dict[RequestId, torch.Generator] = {}
+        self._decode_kernel: DecodeKernel | None = None
+        if native_attention and self.device.type == "cpu" and lm.dtype == torch.float32:
+            ext = paged_attention_ext()
+            self._decode_kernel = ext.paged_decode_attention if ext is not None else None
 
     def add_request(self, request_id: RequestId, seed: int | None) -> None:
         self._generators[request_id] = make_generator(seed, self.device)
@@ -65,11 +72,13 @@ class ModelRunner:
             slot_mapping=self._tensor(slots),
             num_decodes=len(decodes),
             decode_slots=None,
+            decode_lens=None,
             decode_mask=None,
             prefills=[],
+            decode_kernel=self._decode_kernel,
         )
         if decodes:
-            meta.decode_slots, meta.decode_mask = self._context_slots([s.seq for s in decodes])
+            self._set_decode_context(meta, [s.seq for s in decodes])
         row = len(decodes)
         for item in prefills:
             num_cached = item.seq.num_computed_tokens
@@ -113,17 +122,18 @@ class ModelRunner:
                 slots.append(seq.block_ids[pos // bs] * bs + pos % bs)
         return ids, positions, slots
 
-    def _context_slots(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, Lmax) slots of every cached position plus the new one, and the
-        (B, 1, 1, Lmax) mask of which entries are real."""
+    def _set_decode_context(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
+        """(B, Lmax) slots of every cached position plus the new one, their real
+        lengths, and for the PyTorch path the (B, 1, 1, Lmax) mask of real entries."""
         bs = self.block_size
-        lens = [s.num_computed_tokens + 1 for s in seqs]
+        lens = self._tensor([s.num_computed_tokens + 1 for s in seqs])
         max_blocks = max(len(s.block_ids) for s in seqs)
         table = self._tensor([s.block_ids + [0] * (max_blocks - len(s.block_ids)) for s in seqs])
-        pos = torch.arange(max(lens), device=self.device)
-        slots = table[:, pos // bs] * bs + pos % bs
-        mask = pos.unsqueeze(0) < self._tensor(lens).unsqueeze(1)
-        return slots, mask[:, None, None, :]
+        pos = torch.arange(int(lens.max()), device=self.device)
+        meta.decode_slots = table[:, pos // bs] * bs + pos % bs
+        meta.decode_lens = lens
+        if self._decode_kernel is None:
+            meta.decode_mask = (pos.unsqueeze(0) < lens.unsqueeze(1))[:, None, None, :]
 
     def _slots_for(self, seq: Sequence, num_positions: int) -> torch.Tensor:
         bs = self.block_size

@@ -28,7 +28,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", type=int, help="tokens per KV cache block (16)")
     g.add_argument(
         "--kv-cache-memory",
-        help="KV cache size in bytes, e.g. 1GiB (default)  [VIGIL_KV_CACHE_MEMORY]",
+        help="KV cache size: bytes (e.g. 1GiB, the CPU default) or a fraction of the memory "
+        "free after loading (e.g. 0.8, the CUDA default)  [VIGIL_KV_CACHE_MEMORY]",
     )
     g.add_argument("--max-num-seqs", type=int, help="most sequences in one batch (32)")
     g.add_argument("--max-num-batched-tokens", type=int, help="token budget of one step (2048)")

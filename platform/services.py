@@ -14,9 +14,14 @@ from vigil.platform.gateway.generation import GenerationService
 from vigil.platform.gateway.models import ModelDirectory
 from vigil.platform.settings import ServeSettings
 from vigil.platform.telemetry.live import Gauges, LiveSeries
-from vigil.platform.telemetry.metrics import EngineStatsCollector, Metrics, step_observer
+from vigil.platform.telemetry.metrics import (
+    EngineStatsCollector,
+    Metrics,
+    batch_observer,
+    step_observer,
+)
 from vigil.platform.telemetry.recorder import RequestRecorder
-from vigil.platform.worker.local import LocalWorker
+from vigil.platform.worker.local import LocalWorker, Observers
 
 
 @dataclass(slots=True)
@@ -35,9 +40,11 @@ class Services:
 def build_services(settings: ServeSettings) -> Services:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    worker = LocalWorker(
-        settings.models, settings.engine, lambda name: step_observer(metrics, name)
+    observers = Observers(
+        step=lambda name: step_observer(metrics, name),
+        batch=lambda name: batch_observer(metrics, name),
     )
+    worker = LocalWorker(settings.models, settings.engine, observers)
     live = LiveSeries()
     models = ModelDirectory(worker)
     registry.register(EngineStatsCollector(models.snapshots))

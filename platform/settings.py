@@ -25,7 +25,10 @@ class EngineSettings:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     torch_threads: int | None = None  # None: one less than the CPU count
     block_size: int = 16
-    kv_cache_memory_bytes: int = 1 << 30
+    # The KV cache budget: bytes, or a fraction of the memory free once the model is
+    # loaded. Neither set: 1 GiB on CPU, 0.8 of free memory on CUDA.
+    kv_cache_memory_bytes: int | None = None
+    kv_cache_memory_fraction: float | None = None
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None
@@ -79,6 +82,22 @@ def parse_bytes(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
+def _is_fraction(text: str) -> bool:
+    return text.strip().endswith("%") or re.fullmatch(r"\s*0?\.\d+\s*", text) is not None
+
+
+def parse_fraction(text: str) -> float:
+    """'0.5' or '50%' -> 0.5, strictly between 0 and 1."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise SettingsError(f"not a fraction: {text!r} (examples: 0.5, 50%)") from None
+    if not 0 < value < 1:
+        raise SettingsError(f"a memory fraction must lie between 0 and 1, got {text!r}")
+    return value
+
+
 def _env(env: Mapping[str, str], name: str) -> str | None:
     value = env.get(f"VIGIL_{name}")
     return value if value not in (None, "") else None
@@ -128,7 +147,8 @@ def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Engi
         block_size=_int(
             _pick(flags.get("block_size"), env, "BLOCK_SIZE"), "block size", d.block_size
         ),
-        kv_cache_memory_bytes=parse_bytes(kv) if kv else d.kv_cache_memory_bytes,
+        kv_cache_memory_bytes=parse_bytes(kv) if kv and not _is_fraction(kv) else None,
+        kv_cache_memory_fraction=parse_fraction(kv) if kv and _is_fraction(kv) else None,
         max_num_seqs=_int(
             _pick(flags.get("max_num_seqs"), env, "MAX_NUM_SEQS"), "max_num_seqs", d.max_num_seqs
         ),

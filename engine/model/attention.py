@@ -17,6 +17,7 @@ prefills only, never over the decode batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -35,13 +36,22 @@ class PrefillSpan:
     context_slots: torch.Tensor | None
 
 
+# (q, k_cache, v_cache, slots, lens, scale) -> out: decode attention read in place
+DecodeKernel = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor
+]
+
+
 @dataclass(slots=True)
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # (T,) where each new token's K/V is written
     num_decodes: int
     decode_slots: torch.Tensor | None  # (Bd, Lmax) slots of each decode's context
+    decode_lens: torch.Tensor | None  # (Bd,) context length, the new token included
     decode_mask: torch.Tensor | None  # (Bd, 1, 1, Lmax) True where a slot is real
     prefills: list[PrefillSpan]
+    # Native kernel for the decode rows (engine/kernels); None: gather + SDPA.
+    decode_kernel: DecodeKernel | None = None
 
 
 def paged_attention(
@@ -57,7 +67,11 @@ def paged_attention(
     v_cache.index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     nd = meta.num_decodes
-    if nd:
+    if nd and meta.decode_kernel is not None:
+        assert meta.decode_slots is not None and meta.decode_lens is not None
+        out[:nd] = meta.decode_kernel(q[:nd], k_cache, v_cache, meta.decode_slots,
+                                      meta.decode_lens, scale)
+    elif nd:
         assert meta.decode_slots is not None and meta.decode_mask is not None
         qd = q[:nd].unsqueeze(2)  # (Bd, H, 1, D)
         kd = _gather(k_cache, meta.decode_slots).transpose(1, 2)  # (Bd, KVH, Lmax, D)

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vigil.engine.embed_batcher import BatchRecord
 from vigil.engine.stats import EngineStats, StepStats
 
 TTFT_BUCKETS_S = (
@@ -88,6 +89,7 @@ REQUEST_BUCKETS_S = (
 
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+BATCH_WAIT_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -140,6 +142,13 @@ class Metrics:
             "Sequences in one engine step.",
             labels,
             buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.batch_wait = Histogram(
+            "vigil_batch_wait_seconds",
+            "Time an embedding input waited for its batch to form.",
+            labels,
+            buckets=BATCH_WAIT_BUCKETS_S,
             registry=registry,
         )
         self.step_time = Histogram(
@@ -208,5 +217,17 @@ def step_observer(metrics: Metrics, deployment: str) -> Callable[[StepStats], No
     def observe(step: StepStats) -> None:
         batch_size.observe(step.num_seqs)
         step_time.observe(step.total_s)
+
+    return observe
+
+
+def batch_observer(metrics: Metrics, deployment: str) -> Callable[[BatchRecord], None]:
+    batch_size = metrics.batch_size.labels(deployment)
+    batch_wait = metrics.batch_wait.labels(deployment)
+
+    def observe(batch: BatchRecord) -> None:
+        batch_size.observe(batch.size)
+        for wait_s in batch.waits_s:
+            batch_wait.observe(wait_s)
 
     return observe

@@ -18,8 +18,8 @@ import torch
 
 from vigil.engine.async_engine import AsyncLLMEngine, StepObserver
 from vigil.engine.bundled import ModelKind, ModelSource, bundled_source
-from vigil.engine.device import resolve_device, resolve_dtype
-from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig
+from vigil.engine.device import free_memory_bytes, resolve_device, resolve_dtype
+from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig, BatchObserver
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.embedder import load_embedding_model
 from vigil.engine.loaders.llm import load_language_model
@@ -44,12 +44,34 @@ class ModelStateChange:
 StateListener = Callable[[ModelStateChange], Awaitable[None]]
 
 
+DEFAULT_CPU_KV_BYTES = 1 << 30
+DEFAULT_CUDA_KV_FRACTION = 0.8
+
+
+def kv_cache_budget(settings: EngineSettings, device: torch.device) -> int:
+    """Bytes for the KV cache, resolved after the weights are loaded so that a
+    fraction means a fraction of what is left."""
+    if settings.kv_cache_memory_bytes is not None:
+        return settings.kv_cache_memory_bytes
+    fraction = settings.kv_cache_memory_fraction
+    if fraction is None and device.type == "cuda":
+        fraction = DEFAULT_CUDA_KV_FRACTION
+    if fraction is None:
+        return DEFAULT_CPU_KV_BYTES
+    return int(free_memory_bytes(device) * fraction)
+
+
 def configure_torch(settings: EngineSettings) -> None:
     threads = settings.torch_threads or max(1, (os.cpu_count() or 2) - 1)
     torch.set_num_threads(threads)
 
 
-StepObserverFactory = Callable[[str], StepObserver]
+@dataclass(frozen=True, slots=True)
+class Observers:
+    """Per-model callbacks the engines run after each step or batch (metrics)."""
+
+    step: Callable[[str], StepObserver]
+    batch: Callable[[str], BatchObserver]
 
 
 class LocalWorker:
@@ -57,10 +79,10 @@ class LocalWorker:
         self,
         model_names: tuple[str, ...],
         settings: EngineSettings,
-        step_observer: StepObserverFactory | None = None,
+        observers: Observers | None = None,
     ) -> None:
         self.settings = settings
-        self._step_observer = step_observer
+        self._observers = observers
         self.sources = [bundled_source(name) for name in model_names]
         self.llms: dict[str, AsyncLLMEngine] = {}
         self.embedders: dict[str, AsyncEmbedder] = {}
@@ -101,21 +123,22 @@ class LocalWorker:
             lm = load_language_model(source, device, dtype)
             config = EngineConfig(
                 block_size=s.block_size,
-                kv_cache_memory_bytes=s.kv_cache_memory_bytes,
+                kv_cache_memory_bytes=kv_cache_budget(s, device),
                 max_num_seqs=s.max_num_seqs,
                 max_num_batched_tokens=s.max_num_batched_tokens,
                 max_model_len=s.max_model_len,
                 enable_prefix_caching=s.enable_prefix_caching,
                 batch_aging_s=s.batch_aging_s,
             )
-            observer = self._step_observer(source.name) if self._step_observer else None
-            engine = AsyncLLMEngine(LLMEngine(lm, config), on_step=observer)
+            on_step = self._observers.step(source.name) if self._observers else None
+            engine = AsyncLLMEngine(LLMEngine(lm, config), on_step=on_step)
             self._start_soon(engine.start)
             self.llms[source.name] = engine
         else:
             model = load_embedding_model(source, device, dtype)
+            on_batch = self._observers.batch(source.name) if self._observers else None
             embedder = AsyncEmbedder(
-                model, BatcherConfig(s.embed_max_batch_size, s.embed_max_wait_ms)
+                model, BatcherConfig(s.embed_max_batch_size, s.embed_max_wait_ms), on_batch
             )
             self._start_soon(embedder.start)
             self.embedders[source.name] = embedder

@@ -106,7 +106,7 @@ def test_one_prefill_matches_transformers_at_every_position(tiny: TinyLlama) -> 
     kv = torch.zeros(cfg.num_layers, 2, 32, cfg.num_kv_heads, cfg.head_dim)
     # Scattered slots: the cache layout must not matter for a prefill.
     slots = torch.randperm(32, generator=torch.Generator().manual_seed(1))[:n]
-    meta = AttentionMetadata(slots, 0, None, None, [PrefillSpan(0, n, 0, None)])
+    meta = AttentionMetadata(slots, 0, None, None, None, [PrefillSpan(0, n, 0, None)])
     hidden = tiny.ours.model(torch.tensor(ids), torch.arange(n), kv, meta)
     logits = tiny.ours.model.compute_logits(hidden)
     torch.testing.assert_close(logits, tiny.reference_logits(ids), atol=ATOL, rtol=0)

@@ -4,6 +4,7 @@ greedy output; every request ends with the right reason and gives its blocks bac
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from vigil.engine.request import (
     FinishEvent,
     FinishReason,
     GenerationRequest,
+    RequestClock,
     RequestId,
     SamplingParams,
     TokenEvent,
@@ -384,3 +386,25 @@ async def test_async_engine_streams_the_same_greedy_tokens_and_aborts_a_leaver(
     assert engine.stats().num_running == 0
     done = {rid: outcomes[rid] for rid in (*(r.request_id for r in batch), after.request_id)}
     assert_same_as_alone(done, {rid: alone[rid] for rid in done}, assert_greedy_runs_agree)
+
+
+def test_request_past_its_queue_deadline_times_out_and_never_starts(
+    smollm2: LanguageModel,
+) -> None:
+    engine = make_engine(smollm2, max_num_seqs=1)
+    prompt = chat_ids(smollm2, "Write a haiku about the sea.")
+    now = time.monotonic()
+    engine.add_request(GenerationRequest(RequestId("first"), prompt, greedy(4)))
+    late = GenerationRequest(
+        RequestId("late"), prompt, greedy(4), deadline_ts=now + 0.05, clock=RequestClock(now)
+    )
+    engine.add_request(late)
+    engine.step()  # only "first" fits (max_num_seqs=1); "late" waits
+    time.sleep(0.06)
+    events = engine.step()
+    [(rid, event)] = [(r, e) for r, e in events if isinstance(e, FinishEvent)]
+    assert rid == "late" and event.reason is FinishReason.TIMEOUT
+    assert event.num_output_tokens == 0 and event.clock.scheduled_ts is None
+    while engine.has_work():
+        engine.step()
+    assert engine.pool.num_free == engine.pool.num_blocks

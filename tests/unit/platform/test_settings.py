@@ -65,3 +65,32 @@ def test_bad_values_name_the_setting(flags: dict[str, object], mentions: str) ->
 def test_token_budget_below_batch_size_is_refused() -> None:
     with pytest.raises(SettingsError, match="max_num_batched_tokens"):
         serve_settings({"max_num_seqs": 64, "max_num_batched_tokens": 32}, env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected_bytes", "expected_fraction"),
+    [("2GiB", 2 * 1024**3, None), ("0.5", None, 0.5), ("25%", None, 0.25), (".9", None, 0.9)],
+)
+def test_kv_cache_memory_is_bytes_or_a_fraction(
+    text: str, expected_bytes: int | None, expected_fraction: float | None
+) -> None:
+    engine = serve_settings({"kv_cache_memory": text}, env={}).engine
+    assert engine.kv_cache_memory_bytes == expected_bytes
+    assert engine.kv_cache_memory_fraction == expected_fraction
+
+
+def test_kv_cache_fraction_outside_zero_one_is_refused() -> None:
+    with pytest.raises(SettingsError, match="between 0 and 1"):
+        serve_settings({"kv_cache_memory": "150%"}, env={})
+
+
+def test_kv_cache_budget_resolves_a_fraction_of_free_memory() -> None:
+    import torch
+
+    from vigil.engine.device import free_memory_bytes
+    from vigil.platform.worker.local import DEFAULT_CPU_KV_BYTES, kv_cache_budget
+
+    cpu = torch.device("cpu")
+    assert kv_cache_budget(serve_settings({}, env={}).engine, cpu) == DEFAULT_CPU_KV_BYTES
+    half = kv_cache_budget(serve_settings({"kv_cache_memory": "0.5"}, env={}).engine, cpu)
+    assert 0.4 * free_memory_bytes(cpu) < half < 0.6 * free_memory_bytes(cpu)

@@ -1,0 +1,47 @@
+"""The engine benchmarks run (on toy sizes) and what they assert holds: a benchmark that
+no longer runs measures nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).resolve().parents[2] / "ops" / "bench" / "engine_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("engine_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kv_bytes_per_token_equal_the_formula(bench: ModuleType, smollm2, capsys) -> None:
+    bench.bench_kv(smollm2, budget_bytes=64 << 20)
+    out = capsys.readouterr().out
+    assert "46080" in out  # 2 x 30 layers x 3 KV heads x 64 x 4 bytes
+
+
+def test_overhead_and_embedding_benchmarks_print_their_tables(
+    bench: ModuleType, smollm2, minilm, capsys
+) -> None:
+    bench.bench_overhead(smollm2, batch=2, steps=2)
+    bench.bench_embed(minilm, clients=4, per_client=2)
+    out = capsys.readouterr().out
+    assert "outside forward" in out and "p99 wait ms" in out
+
+
+def test_engine_runs_report_throughput_and_ttft(bench: ModuleType, smollm2) -> None:
+    config = bench.EngineConfig(max_num_seqs=4, enable_prefix_caching=True)
+    prompts = bench.random_prompts(2, 16, seed=0)
+    result = bench.run_engine(smollm2, prompts, 3, config)
+    assert result.tokens_per_s > 0 and len(result.ttfts_s) == 2
