@@ -33,6 +33,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    min_tokens: int = 0  # EOS cannot be sampled before this many output tokens
 
     def __post_init__(self) -> None:
         # The API validates these with messages for users; this guards the engine's
@@ -41,6 +42,7 @@ class SamplingParams:
         assert self.temperature >= 0.0, f"temperature {self.temperature} < 0"
         assert 0.0 < self.top_p <= 1.0, f"top_p {self.top_p} not in (0, 1]"
         assert self.top_k >= 0, f"top_k {self.top_k} < 0"
+        assert 0 <= self.min_tokens <= self.max_tokens, f"min_tokens {self.min_tokens} out of range"
 
     @property
     def greedy(self) -> bool:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.kernels import paged_attention_ext
+from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model.attention import AttentionMetadata, DecodeKernel, PrefillSpan
 from vigil.engine.request import RequestId
 from vigil.engine.sampler import make_generator, sample
@@ -50,6 +50,7 @@ class ModelRunner:
             device=lm.device,
         )
         self._generators: dict[RequestId, torch.Generator] = {}
+        self._eos_ids = sorted(lm.tokenizer.eos_token_ids)
         self._decode_kernel: DecodeKernel | None = None
         if native_attention and self.device.type == "cpu" and lm.dtype == torch.float32:
             ext = paged_attention_ext()
@@ -98,6 +99,7 @@ class ModelRunner:
                 sample_rows.append(end - 1)
                 sampling.append(item.seq)
         logits = self.lm.model.compute_logits(hidden[self._tensor(sample_rows)])
+        self._ban_early_eos(logits, sampling)
         t2 = time.perf_counter()
         tokens = sample(
             logits,
@@ -107,6 +109,14 @@ class ModelRunner:
         t3 = time.perf_counter()
         sampled = {s.request_id: tok for s, tok in zip(sampling, tokens, strict=True)}
         return StepResult(sampled, t1 - t0, t2 - t1, t3 - t2)
+
+    def _ban_early_eos(self, logits: torch.Tensor, sampling: list[Sequence]) -> None:
+        """Rows still below their min_tokens cannot pick an end-of-sequence token."""
+        rows = [
+            i for i, s in enumerate(sampling) if len(s.output_ids) < s.request.params.min_tokens
+        ]
+        if rows and self._eos_ids:
+            logits[torch.tensor(rows).unsqueeze(1), torch.tensor(self._eos_ids)] = float("-inf")
 
     def _flatten(self, items: list[ScheduledSeq]) -> tuple[list[int], list[int], list[int]]:
         ids: list[int] = []

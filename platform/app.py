@@ -7,8 +7,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Request
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -18,8 +19,10 @@ from litestar.template import TemplateConfig
 import vigil.web
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.openai_routes import OpenAIController
+from vigil.platform.api.request_id import add_request_id
 from vigil.platform.control.model_versions import ModelVersionService, VersionStatus
 from vigil.platform.errors import EXCEPTION_HANDLERS
+from vigil.platform.gateway.auth import Principal
 from vigil.platform.services import Services, live_gauges
 from vigil.platform.worker.local import ModelState, ModelStateChange
 from vigil.web.console import ConsoleController
@@ -60,6 +63,16 @@ def _version_recorder(versions: ModelVersionService):  # type: ignore[no-untyped
     return record
 
 
+def _principal(services: Services):  # type: ignore[no-untyped-def]
+    async def principal(request: Request[Any, Any, Any]) -> Principal:
+        headers = request.headers
+        return await services.auth.authenticate(
+            headers.get("authorization"), headers.get("x-vigil-priority")
+        )
+
+    return principal
+
+
 def create_app(services: Services) -> Litestar:
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -88,12 +101,15 @@ def create_app(services: Services) -> Litestar:
         ],
         dependencies={
             "services": Provide(lambda: services, sync_to_thread=False),
+            "settings": Provide(lambda: services.settings, sync_to_thread=False),
+            "principal": Provide(_principal(services)),
             "generation": Provide(lambda: services.generation, sync_to_thread=False),
             "embedding": Provide(lambda: services.embedding, sync_to_thread=False),
             "worker": Provide(lambda: services.worker, sync_to_thread=False),
             "registry": Provide(lambda: services.registry, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
+        before_send=[add_request_id],
         template_config=TemplateConfig(directory=web_dir / "templates", engine=JinjaTemplateEngine),
         openapi_config=OpenAPIConfig(title="Vigil", version="0.1.0", path="/schema"),
         lifespan=[lifespan],

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vigil.platform.settings import SettingsError, database_url, serve_settings
+
+if TYPE_CHECKING:
+    from vigil.platform.control.api_keys import ApiKeyRecord
 
 log = logging.getLogger("vigil")
 
@@ -77,12 +84,47 @@ def build_parser() -> argparse.ArgumentParser:
         "(smollm2-135m-instruct,all-minilm-l6-v2)  [VIGIL_MODELS]",
     )
     serve.add_argument("--log-level", help="debug, info (default), warning  [VIGIL_LOG_LEVEL]")
+    serve.add_argument(
+        "--config",
+        help="deployments file (TOML): caps, queues, SLO targets, "
+        "fallbacks, long-prompt pools  [VIGIL_CONFIG]",
+    )
+    serve.add_argument(
+        "--auth",
+        choices=["open", "keys"],
+        help="'keys' requires an API key on /v1 (default unless the host is "
+        "loopback); 'open' is allowed on loopback only  [VIGIL_AUTH]",
+    )
+    serve.add_argument(
+        "--sse-keepalive",
+        type=float,
+        help="seconds between SSE keep-alive comments while a stream waits (15)",
+    )
     _add_engine_flags(serve)
 
     mig = sub.add_parser("migrate", help="move the database schema to a revision (head)")
     mig.add_argument("--database-url", help="SQLAlchemy URL  [VIGIL_DATABASE_URL]")
     mig.add_argument("--data-dir", help="data dir of the default SQLite database")
     mig.add_argument("--revision", default="head", help="target revision; 'base' empties it")
+
+    keys = sub.add_parser("keys", help="create, list and revoke API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    create = keys_sub.add_parser("create", help="create a key and print it, once")
+    create.add_argument("--name", required=True, help="who or what uses the key (unique)")
+    create.add_argument(
+        "--priority",
+        choices=["interactive", "batch"],
+        default="interactive",
+        help="the key's request class (interactive)",
+    )
+    create.add_argument("--models", help="comma-separated deployments it may use (all)")
+    create.add_argument("--rate-limit", type=int, help="most requests per minute (no limit)")
+    keys_list = keys_sub.add_parser("list", help="list the keys (never the keys themselves)")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key; it stops working within seconds")
+    revoke.add_argument("name", help="the key's name")
+    for p in (create, keys_list, revoke):
+        p.add_argument("--database-url", help="SQLAlchemy URL  [VIGIL_DATABASE_URL]")
+        p.add_argument("--data-dir", help="data dir of the default SQLite database")
     return parser
 
 
@@ -93,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "migrate":
             return _migrate(args)
+        if args.command == "keys":
+            return _keys(args)
     except SettingsError as exc:
         print(f"vigil: {exc}", file=sys.stderr)
         return 2
@@ -104,9 +148,97 @@ def _migrate(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     url = database_url(args.database_url, args.data_dir)
+    _make_sqlite_dir(url)
     migrate(url, args.revision)
     print(f"database at revision {current_revision(url) or 'base (empty)'}")
     return 0
+
+
+def _make_sqlite_dir(url: str) -> None:
+    """SQLite creates the database file, not the folder it lies in."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from vigil.platform.control.api_keys import ApiKeyError
+    from vigil.platform.control.migrate import migrate
+
+    url = database_url(args.database_url, args.data_dir)
+    _make_sqlite_dir(url)
+    migrate(url)
+    try:
+        return asyncio.run(_run_keys_command(url, args))
+    except ApiKeyError as exc:
+        print(f"vigil: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _run_keys_command(url: str, args: argparse.Namespace) -> int:
+    from vigil.platform.control.api_keys import PRIORITY_NAMES, ApiKeyService
+    from vigil.platform.control.db import create_engine, session_factory
+
+    engine = create_engine(url)
+    try:
+        service = ApiKeyService(session_factory(engine))
+        if args.keys_command == "create":
+            models = args.models.split(",") if args.models is not None else None
+            record, plaintext = await service.create(
+                args.name, PRIORITY_NAMES[args.priority], models, args.rate_limit
+            )
+            print(plaintext)
+            print(
+                f"created API key {record.name!r} ({_describe(record)}); copy the key now: "
+                "it will not be shown again (only its hash is stored)",
+                file=sys.stderr,
+            )
+        elif args.keys_command == "list":
+            print(_key_table(await service.list()))
+        elif args.keys_command == "revoke":
+            record = await service.revoke(args.name)
+            print(f"revoked API key {record.name!r} ({record.key_prefix}...)")
+        else:
+            raise AssertionError(f"unhandled keys command {args.keys_command}")
+    finally:
+        await engine.dispose()
+    return 0
+
+
+def _describe(record: ApiKeyRecord) -> str:
+    models = ",".join(sorted(record.models)) if record.models is not None else "all"
+    limit = record.rate_limit_per_minute
+    rate = f"{limit}/min" if limit is not None else "no rate limit"
+    return f"{record.priority.name.lower()}, models {models}, {rate}"
+
+
+def _key_table(records: Sequence[ApiKeyRecord]) -> str:
+    if not records:
+        return "no API keys (create one with `vigil keys create --name NAME`)"
+    header = ("NAME", "PREFIX", "PRIORITY", "MODELS", "RATE/MIN", "CREATED", "REVOKED")
+    rows = [header] + [
+        (
+            r.name,
+            r.key_prefix + "...",
+            r.priority.name.lower(),
+            ",".join(sorted(r.models)) if r.models is not None else "all",
+            str(r.rate_limit_per_minute) if r.rate_limit_per_minute is not None else "-",
+            _utc(r.created_at),
+            _utc(r.revoked_at) if r.revoked_at is not None else "-",
+        )
+        for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _utc(ts: datetime) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -125,10 +257,15 @@ def _serve(args: argparse.Namespace) -> int:
     migrate(settings.resolved_database_url)
     configure_torch(settings.engine)
     app = create_app(build_services(settings))
-    if settings.host in ("127.0.0.1", "localhost", "::1"):
-        log.info(
-            "listening on localhost only, with no API keys: anyone on this machine can call it"
+    if settings.auth == "open":
+        log.warning(
+            "auth is open: /v1 takes requests without an API key. That is allowed on a "
+            "loopback host only (%s); anyone on this machine can call it. Use --auth keys and "
+            "`vigil keys create` to require keys.",
+            settings.host,
         )
+    else:
+        log.info("auth: every /v1 request needs an API key (vigil keys create)")
     log.info("console: http://%s:%d/console/", settings.host, settings.port)
     config = uvicorn.Config(
         app,

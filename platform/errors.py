@@ -62,6 +62,28 @@ class ServiceUnavailable(APIError):
     error_type = "service_unavailable_error"
 
 
+class Unauthorized(APIError):
+    """No API key, or one that is unknown or revoked."""
+
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class PermissionDenied(APIError):
+    """A valid API key that may not use this model."""
+
+    status_code = 403
+    error_type = "permission_error"
+
+
+class RateLimited(APIError):
+    """429: the key's own rate limit, or the deployment shedding load. Always carries
+    Retry-After."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+
 def error_body(
     message: str, error_type: str, param: str | None, code: str | None
 ) -> dict[str, Any]:

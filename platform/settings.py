@@ -48,6 +48,9 @@ class ServeSettings:
     models: tuple[str, ...] = (SMOLLM2, MINILM)
     log_level: str = "info"
     engine: EngineSettings = field(default_factory=EngineSettings)
+    config_path: Path | None = None  # deployments file (TOML); None: one per bundled model
+    auth: str = ""  # "open" | "keys"; "" means open on a loopback host, keys otherwise
+    sse_keepalive_s: float = 15.0
 
     @property
     def resolved_database_url(self) -> str:
@@ -182,15 +185,39 @@ def serve_settings(
     env = os.environ if env is None else env
     d = ServeSettings()
     models = _pick(flags.get("models"), env, "MODELS")
+    host = _pick(flags.get("host"), env, "HOST") or d.host
     return ServeSettings(
-        host=_pick(flags.get("host"), env, "HOST") or d.host,
+        host=host,
         port=_int(_pick(flags.get("port"), env, "PORT"), "port", d.port, minimum=0),
         data_dir=Path(_pick(flags.get("data_dir"), env, "DATA_DIR") or d.data_dir),
         database_url=_pick(flags.get("database_url"), env, "DATABASE_URL") or "",
         models=tuple(m.strip() for m in models.split(",") if m.strip()) if models else d.models,
         log_level=(_pick(flags.get("log_level"), env, "LOG_LEVEL") or d.log_level).lower(),
         engine=engine_settings(flags, env),
+        config_path=Path(config) if (config := _pick(flags.get("config"), env, "CONFIG")) else None,
+        auth=_auth_mode(_pick(flags.get("auth"), env, "AUTH"), host),
+        sse_keepalive_s=_float(
+            _pick(flags.get("sse_keepalive"), env, "SSE_KEEPALIVE"),
+            "SSE keep-alive",
+            d.sse_keepalive_s,
+        ),
     )
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _auth_mode(value: str | None, host: str) -> str:
+    if value is None:
+        return "open" if host in LOOPBACK_HOSTS else "keys"
+    if value not in ("open", "keys"):
+        raise SettingsError(f"auth must be 'open' or 'keys', got {value!r}")
+    if value == "open" and host not in LOOPBACK_HOSTS:
+        raise SettingsError(
+            f"auth 'open' is only allowed on a loopback host, not {host!r}: anyone who can "
+            "reach the port could use it. Create API keys (vigil keys create) instead."
+        )
+    return value
 
 
 def database_url(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -111,10 +113,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def vigil_server(tmp_path_factory):  # type: ignore[no-untyped-def]
-    """`vigil serve` on 127.0.0.1, started through its console script, ready to serve."""
-    data_dir = tmp_path_factory.mktemp("vigil-data")
+@contextlib.contextmanager
+def running_vigil(data_dir: pathlib.Path, *args: str) -> Iterator[RunningServer]:
+    """`vigil serve` on 127.0.0.1 with extra flags, started through its console script,
+    ready to serve; stopped on exit."""
     log_path = data_dir / "server.log"
     port = _free_port()
     vigil = pathlib.Path(sys.executable).with_name("vigil")
@@ -127,6 +129,7 @@ def vigil_server(tmp_path_factory):  # type: ignore[no-untyped-def]
         str(data_dir),
         "--torch-threads",
         "1",
+        *args,
     ]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -152,6 +155,19 @@ def vigil_server(tmp_path_factory):  # type: ignore[no-untyped-def]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def launch_vigil():  # type: ignore[no-untyped-def]
+    """`running_vigil` for tests that need a server of their own."""
+    return running_vigil
+
+
+@pytest.fixture(scope="session")
+def vigil_server(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The default `vigil serve`: bundled models, open auth on loopback."""
+    with running_vigil(tmp_path_factory.mktemp("vigil-data"), "--sse-keepalive", "0.5") as s:
+        yield s
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -69,8 +69,9 @@ def paged_attention(
     nd = meta.num_decodes
     if nd and meta.decode_kernel is not None:
         assert meta.decode_slots is not None and meta.decode_lens is not None
-        out[:nd] = meta.decode_kernel(q[:nd], k_cache, v_cache, meta.decode_slots,
-                                      meta.decode_lens, scale)
+        out[:nd] = meta.decode_kernel(
+            q[:nd], k_cache, v_cache, meta.decode_slots, meta.decode_lens, scale
+        )
     elif nd:
         assert meta.decode_slots is not None and meta.decode_mask is not None
         qd = q[:nd].unsqueeze(2)  # (Bd, H, 1, D)

@@ -56,6 +56,7 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     n: PositiveInt = 1
     user: str | None = None
     ignore_eos: bool = False
+    min_tokens: Annotated[int, Meta(ge=0)] = 0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logprobs: bool | None = None
@@ -75,6 +76,9 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
             return "frequency_penalty", "penalties are not supported; leave it at 0"
         if self.logprobs:
             return "logprobs", "log probabilities are not supported; leave it false"
+        max_tokens = getattr(self, "max_completion_tokens", None) or self.max_tokens
+        if max_tokens is not None and self.min_tokens > max_tokens:
+            return "min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens"
         return None
 
 

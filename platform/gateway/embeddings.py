@@ -10,7 +10,8 @@ from vigil.platform.api.openai_schemas import (
     EmbeddingRequest,
     EmbeddingUsage,
 )
-from vigil.platform.errors import InvalidRequest
+from vigil.platform.errors import InvalidRequest, PermissionDenied
+from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.models import ModelDirectory
 from vigil.platform.telemetry.recorder import RequestRecorder
 
@@ -20,8 +21,17 @@ class EmbeddingService:
         self.models = models
         self.recorder = recorder
 
-    async def embed(self, body: EmbeddingRequest, arrival_ts: float) -> tuple[EmbeddingList, str]:
+    async def embed(
+        self, body: EmbeddingRequest, principal: Principal, arrival_ts: float
+    ) -> tuple[EmbeddingList, str, str]:
+        """The vectors, the request id and the model/version that computed them."""
         embedder = self.models.embedder(body.model)
+        if not principal.may_use(body.model):
+            raise PermissionDenied(
+                f"This API key may not use the model '{body.model}'.",
+                param="model",
+                code="model_not_allowed",
+            )
         model = embedder.model
         texts = body.texts()
         counts = [model.count_tokens(t) for t in texts]
@@ -46,4 +56,6 @@ class EmbeddingService:
             model=body.model,
             usage=EmbeddingUsage(total, total),
         )
-        return result, f"embd-{uuid.uuid4().hex}"
+        source = self.models.worker.source(body.model)
+        served_by = f"{body.model}/{source.version if source else 'unknown'}"
+        return result, f"embd-{uuid.uuid4().hex}", served_by

@@ -1,11 +1,14 @@
-"""From a validated API body to an engine request, and the engine's events back.
+"""From a validated API body to an admitted engine request, and the engine's events back.
 
-Rules that need the model (its tokenizer, its context window) live here:
-the chat template, token counts, max_tokens defaults and limits.
+body -> deployment (404) -> key may use it (403) -> prompt ids (chat template)
+     -> caps (400 context_length_exceeded, or the long-prompt pool)
+     -> admission: admit | fall back | shed (429 + Retry-After)
+     -> engine request with its queue deadline
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,7 +18,6 @@ from vigil.engine.llm_engine import RequestRejected
 from vigil.engine.request import (
     EngineEvent,
     GenerationRequest,
-    Priority,
     RequestClock,
     RequestId,
     SamplingParams,
@@ -26,53 +28,72 @@ from vigil.platform.api.openai_schemas import (
     CompletionRequest,
     SamplingFields,
 )
-from vigil.platform.errors import InvalidRequest
-from vigil.platform.gateway.models import ModelDirectory
+from vigil.platform.errors import InvalidRequest, PermissionDenied, RateLimited
+from vigil.platform.gateway.admission import Admission, Verdict, decide
+from vigil.platform.gateway.auth import Principal
+from vigil.platform.gateway.deployment import DeploymentSpec
+from vigil.platform.gateway.models import ModelDirectory, Target
 from vigil.platform.telemetry.recorder import RequestRecorder
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedGeneration:
-    deployment: str
-    engine: AsyncLLMEngine
+    deployment: str  # the deployment that serves it (the fallback's name after a fallback)
+    served_by: str  # model/version
+    fallback_from: str | None
+    target: Target
     request: GenerationRequest
+
+    @property
+    def engine(self) -> AsyncLLMEngine:
+        return self.target.engine
+
+
+@dataclass(frozen=True, slots=True)
+class _Prompt:
+    ids: list[int]
+    max_tokens: int | None
+    id_prefix: str
+    param: str  # the request field the prompt came from, for error messages
 
 
 class GenerationService:
-    def __init__(
-        self, models: ModelDirectory, recorder: RequestRecorder, max_queue_wait_s: float
-    ) -> None:
+    def __init__(self, models: ModelDirectory, recorder: RequestRecorder) -> None:
         self.models = models
         self.recorder = recorder
-        self.max_queue_wait_s = max_queue_wait_s
 
-    def prepare_chat(self, body: ChatCompletionRequest, arrival_ts: float) -> PreparedGeneration:
-        engine = self.models.llm(body.model)
-        tokenizer = engine.core.lm.tokenizer
+    def prepare_chat(
+        self, body: ChatCompletionRequest, principal: Principal, arrival_ts: float
+    ) -> PreparedGeneration:
+        spec = self._deployment(body.model, principal)
         _check_supported(body)
+        tokenizer = self.models.target(spec).engine.core.lm.tokenizer
         messages = [
             ChatMessage(m.role if m.role != "developer" else "system", m.text())
             for m in body.messages
         ]
         try:
-            prompt = tokenizer.render_chat(messages)
+            text = tokenizer.render_chat(messages)
         except ChatTemplateError as exc:
             raise InvalidRequest(str(exc), param="messages") from exc
-        ids = tokenizer.encode(prompt)
         max_tokens = body.max_completion_tokens or body.max_tokens
-        return self._prepare(body, engine, ids, max_tokens, "chatcmpl", "messages", arrival_ts)
+        prompt = _Prompt(tokenizer.encode(text), max_tokens, "chatcmpl", "messages")
+        return self._admit(spec, body, prompt, principal, arrival_ts)
 
-    def prepare_completion(self, body: CompletionRequest, arrival_ts: float) -> PreparedGeneration:
-        engine = self.models.llm(body.model)
+    def prepare_completion(
+        self, body: CompletionRequest, principal: Principal, arrival_ts: float
+    ) -> PreparedGeneration:
+        spec = self._deployment(body.model, principal)
         _check_supported(body)
         if body.echo:
             raise InvalidRequest(
                 "echo is not supported; leave it false", param="echo", code="unsupported_parameter"
             )
+        lm = self.models.target(spec).engine.core.lm
         if isinstance(body.prompt, str):
-            ids = engine.core.lm.tokenizer.encode(body.prompt)
+            ids = lm.tokenizer.encode(body.prompt)
         else:
-            vocab = engine.core.lm.config.vocab_size
+            vocab = lm.config.vocab_size
             bad = next((t for t in body.prompt if not 0 <= t < vocab), None)
             if bad is not None:
                 raise InvalidRequest(
@@ -81,70 +102,158 @@ class GenerationService:
                     param="prompt",
                 )
             ids = list(body.prompt)
-        return self._prepare(body, engine, ids, body.max_tokens, "cmpl", "prompt", arrival_ts)
+        prompt = _Prompt(ids, body.max_tokens, "cmpl", "prompt")
+        return self._admit(spec, body, prompt, principal, arrival_ts)
 
-    def _prepare(
+    def _deployment(self, name: str, principal: Principal) -> DeploymentSpec:
+        spec = self.models.deployment(name)
+        if not principal.may_use(spec.name):
+            raise PermissionDenied(
+                f"This API key may not use the model '{name}'.",
+                param="model",
+                code="model_not_allowed",
+            )
+        return spec
+
+    def _admit(
         self,
+        spec: DeploymentSpec,
         body: SamplingFields,
-        engine: AsyncLLMEngine,
-        ids: list[int],
-        max_tokens: int | None,
-        id_prefix: str,
-        prompt_param: str,
+        prompt: _Prompt,
+        principal: Principal,
         arrival_ts: float,
     ) -> PreparedGeneration:
-        limit = min(engine.core.max_model_len, engine.core.kv_capacity_tokens)
-        if not ids:
-            raise InvalidRequest("the prompt is empty", param=prompt_param)
-        if len(ids) >= limit:
+        priority = principal.priority
+        target, max_tokens = self._route(spec, prompt)
+        admission = decide(priority, len(prompt.ids), target.load.snapshot(), spec)
+        fallback_from = None
+        if admission.verdict is Verdict.FALLBACK:
+            assert spec.fallback is not None
+            self.recorder.record_admission(spec.name, admission)
+            fallback = self.models.deployment(spec.fallback.deployment)
+            if self.models.is_ready(fallback):
+                fallback_from, spec = spec.name, fallback
+                target, max_tokens = self._route(spec, prompt)
+                admission = decide(
+                    priority, len(prompt.ids), target.load.snapshot(), spec, allow_fallback=False
+                )
+            else:  # a fallback still loading is no help: decide without it
+                admission = decide(
+                    priority, len(prompt.ids), target.load.snapshot(), spec, allow_fallback=False
+                )
+        self.recorder.record_admission(spec.name, admission)
+        if admission.verdict is Verdict.SHED:
+            raise _shed_error(spec, admission)
+        if body.min_tokens > max_tokens:
             raise InvalidRequest(
-                f"This model's maximum context length is {limit} tokens, but the prompt has "
-                f"{len(ids)} tokens. Shorten the {prompt_param} to fewer than {limit} tokens.",
-                param=prompt_param,
-                code="context_length_exceeded",
-            )
-        if max_tokens is not None and len(ids) + max_tokens > limit:
-            raise InvalidRequest(
-                f"This model's maximum context length is {limit} tokens. You requested "
-                f"{len(ids) + max_tokens} tokens ({len(ids)} in the prompt, {max_tokens} for "
-                f"the completion). Lower max_tokens to at most {limit - len(ids)}.",
-                param="max_tokens",
-                code="context_length_exceeded",
+                f"min_tokens ({body.min_tokens}) is over the {max_tokens} tokens this request "
+                "may generate; lower min_tokens.",
+                param="min_tokens",
             )
         params = SamplingParams(
-            max_tokens=max_tokens if max_tokens is not None else limit - len(ids),
+            max_tokens=max_tokens,
             temperature=1.0 if body.temperature is None else body.temperature,
             top_k=max(0, body.top_k or 0),
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=body.seed,
             stop=body.stop_strings(),
             ignore_eos=body.ignore_eos,
+            min_tokens=body.min_tokens,
         )
         request = GenerationRequest(
-            request_id=RequestId(f"{id_prefix}-{uuid.uuid4().hex}"),
-            prompt_ids=ids,
+            request_id=RequestId(f"{prompt.id_prefix}-{uuid.uuid4().hex}"),
+            prompt_ids=prompt.ids,
             params=params,
-            priority=Priority.INTERACTIVE,
+            priority=priority,
             clock=RequestClock(arrival_ts),
-            deadline_ts=arrival_ts + self.max_queue_wait_s,
+            deadline_ts=arrival_ts + spec.limits[priority].max_queue_wait_s,
         )
         try:
-            engine.check_request(request)
+            target.engine.check_request(request)
         except RequestRejected as exc:
             raise InvalidRequest(
-                str(exc), param=prompt_param, code="context_length_exceeded"
+                str(exc), param=prompt.param, code="context_length_exceeded"
             ) from exc
-        return PreparedGeneration(body.model, engine, request)
+        target.load.enqueue(request.request_id, priority, len(prompt.ids), time.monotonic())
+        return PreparedGeneration(
+            spec.name, self.models.served_by(spec), fallback_from, target, request
+        )
+
+    def _route(self, spec: DeploymentSpec, prompt: _Prompt) -> tuple[Target, int]:
+        """The engine for this prompt (the long-prompt pool when it is long) and the
+        request's max_tokens, after every cap."""
+        n = len(prompt.ids)
+        if not n:
+            raise InvalidRequest("the prompt is empty", param=prompt.param)
+        pool = spec.long_prompt_pool
+        long_pool = pool is not None and n >= pool.min_prompt_tokens
+        target = self.models.target(spec, long_pool)
+        core = target.engine.core
+        context = min(core.max_model_len, core.kv_capacity_tokens)
+        prompt_cap = context - 1
+        if spec.max_prompt_tokens is not None and not long_pool:
+            prompt_cap = min(prompt_cap, spec.max_prompt_tokens)
+        if n > prompt_cap:
+            where = (
+                "this deployment's prompt limit"
+                if prompt_cap < context - 1
+                else ("this model's maximum context length")
+            )
+            raise InvalidRequest(
+                f"The prompt has {n} tokens, over {where} of {prompt_cap} tokens. Shorten the "
+                f"{prompt.param}.",
+                param=prompt.param,
+                code="context_length_exceeded",
+            )
+        room = context - n
+        cap = room if spec.max_tokens is None else min(room, spec.max_tokens)
+        if prompt.max_tokens is not None and prompt.max_tokens > cap:
+            limit = (
+                "this deployment's max_tokens limit"
+                if cap < room
+                else f"the {context}-token context window minus the prompt"
+            )
+            raise InvalidRequest(
+                f"max_tokens is {prompt.max_tokens}, over {limit}: at most {cap} for this "
+                f"{n}-token prompt (context window {context} tokens). Lower max_tokens.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        return target, prompt.max_tokens if prompt.max_tokens is not None else cap
 
     async def events(self, prepared: PreparedGeneration) -> AsyncIterator[EngineEvent]:
         """The engine's events for one request, each also recorded as metrics."""
-        tracker = self.recorder.track(prepared.deployment, prepared.request.clock.arrival_ts)
+        request = prepared.request
+        tracker = self.recorder.track(prepared.deployment, request.clock.arrival_ts)
+        load = prepared.target.load
+        started = False
         try:
-            async for event in prepared.engine.generate(prepared.request):
+            async for event in prepared.engine.generate(request):
+                if not started:
+                    started = True
+                    load.started(request.request_id, time.monotonic())
                 tracker.observe(event)
                 yield event
         finally:
+            if not started:
+                load.started(request.request_id, time.monotonic())
             tracker.close()
+
+
+def _shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
+    predicted = admission.predicted_ttft_s
+    why = {
+        "queue_full": "its queue is full",
+        "slo_ttft": f"the predicted time to first token ({predicted or 0:.1f} s) would miss "
+        f"its target ({spec.slo.ttft_p99_s:.1f} s)",
+        "slo_tokens_per_s": f"streams would fall below {spec.slo.min_tokens_per_s:g} tokens/s",
+    }[admission.reason.value]
+    retry = admission.retry_after_s or 1
+    return RateLimited(
+        f"The deployment '{spec.name}' is overloaded: {why}. Retry in {retry} s.",
+        code=f"overloaded_{admission.reason.value}",
+        headers={"Retry-After": str(retry)},
+    )
 
 
 def _check_supported(body: SamplingFields) -> None:

@@ -158,6 +158,12 @@ class Metrics:
             buckets=STEP_BUCKETS_S,
             registry=registry,
         )
+        self.admission = Counter(
+            "vigil_admission_decisions",
+            "Gateway admission decisions: admitted, shed or fallback, with the reason.",
+            [*labels, "decision", "reason"],
+            registry=registry,
+        )
         self.requests = Counter(
             "vigil_requests", "Requests ended, by outcome.", [*labels, "outcome"], registry=registry
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from vigil.engine.request import EngineEvent, FinishEvent, FinishReason, TokenEvent
+from vigil.platform.gateway.admission import Admission, Verdict
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
 
@@ -24,6 +25,12 @@ class RequestRecorder:
 
     def track(self, deployment: str, arrival_ts: float) -> RequestTracker:
         return RequestTracker(self, deployment, arrival_ts)
+
+    def record_admission(self, deployment: str, admission: Admission) -> None:
+        m = self.metrics
+        m.admission.labels(deployment, admission.verdict.value, admission.reason.value).inc()
+        if admission.verdict is Verdict.SHED:
+            m.requests.labels(deployment, "shed").inc()
 
     def record_embedding(
         self, deployment: str, num_tokens: int, arrival_ts: float, ok: bool

@@ -74,24 +74,40 @@ class Observers:
     batch: Callable[[str], BatchObserver]
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSlot:
+    """One generation engine to run: a deployment's own, or its long-prompt pool's.
+    Slots on the same model share its weights; each has its own KV cache and queue."""
+
+    key: str  # what the gateway asks for: the deployment name, or "<name>#long"
+    model: str  # bundled model name
+    max_num_seqs: int | None = None  # None: the engine setting
+
+
 class LocalWorker:
     def __init__(
         self,
-        model_names: tuple[str, ...],
+        slots: list[EngineSlot],
+        embed_models: list[str],
         settings: EngineSettings,
         observers: Observers | None = None,
     ) -> None:
         self.settings = settings
+        self.slots = slots
         self._observers = observers
-        self.sources = [bundled_source(name) for name in model_names]
-        self.llms: dict[str, AsyncLLMEngine] = {}
-        self.embedders: dict[str, AsyncEmbedder] = {}
+        names = list(dict.fromkeys([s.model for s in slots] + embed_models))
+        self.sources = [bundled_source(name) for name in names]
+        self.llms: dict[str, AsyncLLMEngine] = {}  # by slot key
+        self.embedders: dict[str, AsyncEmbedder] = {}  # by model name
         self.states: dict[str, ModelState] = {s.name: ModelState.LOADING for s in self.sources}
         self.errors: dict[str, str] = {}
 
     @property
     def ready(self) -> bool:
         return all(state is ModelState.READY for state in self.states.values())
+
+    def source(self, model: str) -> ModelSource | None:
+        return next((s for s in self.sources if s.name == model), None)
 
     async def load_all(self, on_change: StateListener | None = None) -> None:
         device = resolve_device(self.settings.device)
@@ -119,22 +135,7 @@ class LocalWorker:
 
     def _load(self, source: ModelSource, device: torch.device, dtype: torch.dtype) -> None:
         s = self.settings
-        if source.kind is ModelKind.GENERATE:
-            lm = load_language_model(source, device, dtype)
-            config = EngineConfig(
-                block_size=s.block_size,
-                kv_cache_memory_bytes=kv_cache_budget(s, device),
-                max_num_seqs=s.max_num_seqs,
-                max_num_batched_tokens=s.max_num_batched_tokens,
-                max_model_len=s.max_model_len,
-                enable_prefix_caching=s.enable_prefix_caching,
-                batch_aging_s=s.batch_aging_s,
-            )
-            on_step = self._observers.step(source.name) if self._observers else None
-            engine = AsyncLLMEngine(LLMEngine(lm, config), on_step=on_step)
-            self._start_soon(engine.start)
-            self.llms[source.name] = engine
-        else:
+        if source.kind is ModelKind.EMBED:
             model = load_embedding_model(source, device, dtype)
             on_batch = self._observers.batch(source.name) if self._observers else None
             embedder = AsyncEmbedder(
@@ -142,6 +143,22 @@ class LocalWorker:
             )
             self._start_soon(embedder.start)
             self.embedders[source.name] = embedder
+            return
+        lm = load_language_model(source, device, dtype)
+        for slot in (slot for slot in self.slots if slot.model == source.name):
+            config = EngineConfig(
+                block_size=s.block_size,
+                kv_cache_memory_bytes=kv_cache_budget(s, device),
+                max_num_seqs=slot.max_num_seqs or s.max_num_seqs,
+                max_num_batched_tokens=s.max_num_batched_tokens,
+                max_model_len=s.max_model_len,
+                enable_prefix_caching=s.enable_prefix_caching,
+                batch_aging_s=s.batch_aging_s,
+            )
+            on_step = self._observers.step(slot.key) if self._observers else None
+            engine = AsyncLLMEngine(LLMEngine(lm, config), on_step=on_step)
+            self._start_soon(engine.start)
+            self.llms[slot.key] = engine
 
     def _start_soon(self, start: Callable[[], None]) -> None:
         # start() binds to the running event loop, so it must run on it, not here

@@ -1,0 +1,218 @@
+"""Who is calling: an API key from the Authorization header becomes a Principal.
+
+Decisions are pure (`bearer_token`, `requested_priority`, `effective_priority`,
+`TokenBucket.take`); `Authenticator` is the shell that holds the clock, a short cache
+of key lookups and one token bucket per key.
+
+A key that is sent must be valid in both modes; `AuthMode.OPEN` only lets a request
+without any key through, as `ANONYMOUS`. A revoked key keeps working until its cache
+entry expires: at most `cache_ttl_s` after the revoke.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from vigil.engine.request import Priority
+from vigil.platform.control.api_keys import (
+    KEY_PREFIX,
+    PRIORITY_NAMES,
+    ApiKeyRecord,
+    ApiKeyService,
+    hash_key,
+)
+from vigil.platform.errors import InvalidRequest, RateLimited, Unauthorized
+
+PRIORITY_HEADER = "x-vigil-priority"
+MAX_CACHED_KEYS = 10_000  # bounds memory when a client sends many different bad keys
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="vigil"'}
+
+
+class AuthMode(StrEnum):
+    OPEN = "open"  # a request without a key is served, as ANONYMOUS
+    KEYS = "keys"  # every request needs a valid key
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    key_name: str | None  # None: no key was sent (open mode)
+    priority: Priority
+    models: frozenset[str] | None  # deployments it may use; None: all
+
+    def may_use(self, deployment: str) -> bool:
+        return self.models is None or deployment in self.models
+
+
+ANONYMOUS = Principal(None, Priority.INTERACTIVE, None)
+
+
+def bearer_token(authorization: str) -> str | None:
+    """The key in 'Bearer <key>' (the scheme is case-insensitive), or None."""
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
+        return None
+    return token
+
+
+def requested_priority(header: str | None) -> Priority | None:
+    """The class the x-vigil-priority header asks for; None when it is absent."""
+    if header is None:
+        return None
+    priority = PRIORITY_NAMES.get(header.strip().lower())
+    if priority is None:
+        shown = header if len(header) <= 40 else header[:40] + "..."
+        raise InvalidRequest(
+            f"The {PRIORITY_HEADER} header must be 'interactive' or 'batch', got {shown!r}.",
+            param=PRIORITY_HEADER,
+            code="invalid_value",
+        )
+    return priority
+
+
+def effective_priority(granted: Priority, requested: Priority | None) -> Priority:
+    """A request may lower its key's class, never raise it: a batch key asking for
+    interactive stays batch, without an error, so one client setting works for all
+    its keys. (A larger Priority value is served later.)"""
+    return granted if requested is None else max(granted, requested)
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """`rate_per_minute` requests a minute, in bursts of up to that many."""
+
+    rate_per_minute: int
+    tokens: float
+    updated_ts: float
+
+    @classmethod
+    def full(cls, rate_per_minute: int, now_ts: float) -> TokenBucket:
+        assert rate_per_minute >= 1, f"rate {rate_per_minute} < 1"
+        return cls(rate_per_minute, float(rate_per_minute), now_ts)
+
+    def take(self, now_ts: float) -> float | None:
+        """Take one token: None if there was one, else the seconds until there is."""
+        elapsed_s = max(0.0, now_ts - self.updated_ts)
+        self.tokens = min(
+            float(self.rate_per_minute), self.tokens + elapsed_s * self.rate_per_minute / 60
+        )
+        self.updated_ts = now_ts
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return None
+        return (1.0 - self.tokens) * 60 / self.rate_per_minute
+
+
+def retry_after_s(wait_s: float) -> int:
+    """Whole seconds for Retry-After: rounded up, at least 1."""
+    return max(1, math.ceil(round(wait_s, 3)))
+
+
+@dataclass(slots=True)
+class _CachedLookup:
+    record: ApiKeyRecord | None  # None: unknown or revoked
+    expires_ts: float
+
+
+class Authenticator:
+    def __init__(
+        self,
+        keys: ApiKeyService,
+        mode: AuthMode,
+        cache_ttl_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._keys = keys
+        # AuthMode(...) also takes the plain string settings hold ("keys"), so that a
+        # str can never fail an `is AuthMode.KEYS` check and leave the server open.
+        self.mode = AuthMode(mode)
+        self._cache_ttl_s = cache_ttl_s
+        self._clock = clock
+        self._cache: dict[str, _CachedLookup] = {}  # key hash -> lookup, oldest first
+        self._buckets: dict[str, TokenBucket] = {}  # key name -> bucket
+
+    async def authenticate(
+        self, authorization: str | None, priority_header: str | None
+    ) -> Principal:
+        """Raises Unauthorized (401), InvalidRequest (400) or RateLimited (429), in
+        that order of checks: a request that fails an earlier one uses no rate."""
+        if authorization is None or self._placeholder(authorization):
+            if self.mode is AuthMode.KEYS:
+                raise Unauthorized(
+                    "This server needs an API key: send it as 'Authorization: Bearer <key>'. "
+                    "An operator creates one with `vigil keys create --name NAME`.",
+                    code="missing_api_key",
+                    headers=dict(_CHALLENGE),
+                )
+            priority = effective_priority(ANONYMOUS.priority, requested_priority(priority_header))
+            return Principal(None, priority, None)
+        record = await self._record(authorization)
+        priority = effective_priority(record.priority, requested_priority(priority_header))
+        self._take_rate(record)
+        return Principal(record.name, priority, record.models)
+
+    def _placeholder(self, authorization: str) -> bool:
+        """In open mode, a bearer token that is not a Vigil key at all (OpenAI clients
+        insist on sending one, often 'EMPTY') counts as no key. A `vgl_` key must
+        still be valid."""
+        if self.mode is not AuthMode.OPEN:
+            return False
+        token = bearer_token(authorization)
+        return token is not None and not token.startswith(KEY_PREFIX)
+
+    async def _record(self, authorization: str) -> ApiKeyRecord:
+        token = bearer_token(authorization)
+        if token is None:
+            raise Unauthorized(
+                "The Authorization header must be 'Bearer <key>'.",
+                code="invalid_api_key",
+                headers=dict(_CHALLENGE),
+            )
+        record = await self._lookup(token)
+        if record is None:
+            raise Unauthorized(
+                "The API key is unknown or has been revoked.",
+                code="invalid_api_key",
+                headers=dict(_CHALLENGE),
+            )
+        return record
+
+    def _take_rate(self, record: ApiKeyRecord) -> None:
+        limit = record.rate_limit_per_minute
+        if limit is None:
+            return
+        now_ts = self._clock()
+        bucket = self._buckets.get(record.name)
+        if bucket is None or bucket.rate_per_minute != limit:
+            bucket = self._buckets[record.name] = TokenBucket.full(limit, now_ts)
+        wait_s = bucket.take(now_ts)
+        if wait_s is not None:
+            seconds = retry_after_s(wait_s)
+            raise RateLimited(
+                f"The API key '{record.name}' may send {limit} requests a minute; "
+                f"retry in {seconds} s.",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(seconds)},
+            )
+
+    async def _lookup(self, token: str) -> ApiKeyRecord | None:
+        key_hash = hash_key(token)
+        now_ts = self._clock()
+        cached = self._cache.get(key_hash)
+        if cached is not None and cached.expires_ts > now_ts:
+            return cached.record
+        record = await self._keys.find(token)
+        self._remember(key_hash, _CachedLookup(record, now_ts + self._cache_ttl_s), now_ts)
+        return record
+
+    def _remember(self, key_hash: str, lookup: _CachedLookup, now_ts: float) -> None:
+        self._cache.pop(key_hash, None)  # re-insert at the end: entries stay oldest first
+        if len(self._cache) >= MAX_CACHED_KEYS:
+            self._cache = {h: c for h, c in self._cache.items() if c.expires_ts > now_ts}
+            while len(self._cache) >= MAX_CACHED_KEYS:
+                del self._cache[next(iter(self._cache))]
+        self._cache[key_hash] = lookup

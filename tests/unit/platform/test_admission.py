@@ -1,0 +1,137 @@
+"""Admission decisions on scripted load snapshots: plain data in, verdict out, no clocks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from vigil.engine.request import Priority
+from vigil.engine.stats import StepStats
+from vigil.platform.gateway.admission import LoadSnapshot, Reason, Verdict, decide, retry_after
+from vigil.platform.gateway.deployment import (
+    ClassLimits,
+    DeploymentSpec,
+    FallbackSpec,
+    FallbackTrigger,
+    SLOTargets,
+)
+from vigil.platform.gateway.load import LoadTracker
+
+I, B = Priority.INTERACTIVE, Priority.BATCH  # noqa: E741  (short names keep tables legible)
+
+
+def load(
+    queued: tuple[int, int] = (0, 0),
+    tokens: tuple[int, int] = (0, 0),
+    oldest: tuple[float, float] = (0.0, 0.0),
+    prefill: float | None = 1000.0,
+    decode_step: float | None = 0.05,
+    starts: float | None = 2.0,
+) -> LoadSnapshot:
+    return LoadSnapshot(
+        {I: queued[0], B: queued[1]},
+        {I: tokens[0], B: tokens[1]},
+        {I: oldest[0], B: oldest[1]},
+        prefill,
+        decode_step,
+        starts,
+    )
+
+
+SPEC = DeploymentSpec(
+    "chat",
+    "smollm2-135m-instruct",
+    limits={I: ClassLimits(max_queue=4, max_queue_wait_s=10), B: ClassLimits(8, 60)},
+    slo=SLOTargets(ttft_p99_s=2.0, min_tokens_per_s=5.0, batch_shed_fraction=0.5),
+)
+
+
+def test_admits_when_the_predicted_ttft_is_within_target() -> None:
+    a = decide(I, 500, load(tokens=(1000, 0)), SPEC)
+    assert (a.verdict, a.reason) == (Verdict.ADMIT, Reason.OK)
+    assert a.predicted_ttft_s == pytest.approx(1.5)  # (1000 queued + 500 own) / 1000 per s
+
+
+def test_sheds_interactive_that_would_miss_its_ttft_target() -> None:
+    a = decide(I, 500, load(tokens=(1600, 0)), SPEC)
+    assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TTFT)
+    assert a.predicted_ttft_s == pytest.approx(2.1)
+
+
+def test_batch_queue_does_not_delay_interactive_predictions() -> None:
+    a = decide(I, 500, load(tokens=(0, 50_000)), SPEC)
+    assert a.verdict is Verdict.ADMIT
+
+
+def test_batch_is_shed_before_interactive() -> None:
+    # 1.2 s of backlog: over half the 2 s target, under the target itself.
+    snap = load(tokens=(700, 0))
+    assert decide(B, 500, snap, SPEC).reason is Reason.SLO_TTFT
+    assert decide(I, 500, snap, SPEC).verdict is Verdict.ADMIT
+
+
+def test_full_queue_is_shed_with_retry_after_from_the_drain_rate() -> None:
+    a = decide(I, 10, load(queued=(4, 0), starts=2.0), SPEC)
+    assert (a.verdict, a.reason) == (Verdict.SHED, Reason.QUEUE_FULL)
+    assert a.retry_after_s == 2  # 4 ahead, starting 2 per second
+
+
+def test_retry_after_is_bounded_and_has_a_default_before_any_measurement() -> None:
+    assert retry_after(load(queued=(4, 0), starts=None), I) == 5
+    assert retry_after(load(queued=(4000, 0), starts=0.5), I) == 60
+    assert retry_after(load(queued=(0, 0), starts=100.0), I) == 1
+    # a batch request waits behind both classes
+    assert retry_after(load(queued=(2, 6), starts=2.0), B) == 4
+
+
+def test_streams_too_slow_for_the_tokens_per_second_target_shed_new_work() -> None:
+    a = decide(I, 10, load(decode_step=0.25), SPEC)  # 4 tokens/s per stream < 5
+    assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TOKENS_PER_S)
+
+
+def test_nothing_measured_yet_admits() -> None:
+    a = decide(I, 8000, load(prefill=None, decode_step=None, starts=None), SPEC)
+    assert a.verdict is Verdict.ADMIT and a.predicted_ttft_s is None
+
+
+@pytest.mark.parametrize(
+    ("trigger", "snap", "fallback"),
+    [
+        (FallbackTrigger.QUEUE_WAIT, load(oldest=(3.0, 0.0)), True),
+        (FallbackTrigger.QUEUE_WAIT, load(oldest=(1.0, 0.0)), False),
+        (FallbackTrigger.PREDICTED_TTFT, load(tokens=(1200, 0)), True),
+        (FallbackTrigger.PREDICTED_TTFT, load(tokens=(100, 0)), False),
+    ],
+)
+def test_fallback_triggers_for_interactive_only(
+    trigger: FallbackTrigger, snap: LoadSnapshot, fallback: bool
+) -> None:
+    spec = replace(SPEC, fallback=FallbackSpec("small", trigger, threshold_s=1.0))
+    a = decide(I, 100, snap, spec)
+    assert (a.verdict is Verdict.FALLBACK) is fallback
+    assert decide(B, 100, snap, spec).verdict is not Verdict.FALLBACK
+    assert decide(I, 100, snap, spec, allow_fallback=False).verdict is not Verdict.FALLBACK
+
+
+def test_load_tracker_counts_queued_work_and_measures_rates() -> None:
+    from vigil.engine.request import RequestId
+
+    tracker = LoadTracker()
+    tracker.enqueue(RequestId("a"), I, 100, now_ts=10.0)
+    tracker.enqueue(RequestId("b"), B, 300, now_ts=11.0)
+    snap = tracker.snapshot(now_ts=12.0)
+    assert snap.queued == {I: 1, B: 1} and snap.queued_prompt_tokens == {I: 100, B: 300}
+    assert snap.oldest_queued_s == {I: 2.0, B: 1.0}
+    assert snap.prefill_tokens_per_s is None and snap.starts_per_s is None
+    tracker.started(RequestId("a"), now_ts=12.5)
+    tracker.started(RequestId("a"), now_ts=12.6)  # a second event changes nothing
+    tracker.observe_step(StepStats(2, 401, 1, 0.0, 0.0, 0.2, 0.0, 0.0))  # 400 prefill tokens
+    tracker.observe_step(StepStats(2, 2, 2, 0.0, 0.0, 0.05, 0.0, 0.0), now_ts=12.9)  # decode
+    snap = tracker.snapshot(now_ts=13.0)
+    assert snap.queued == {I: 0, B: 1}
+    assert snap.prefill_tokens_per_s == pytest.approx(2000.0)
+    assert snap.decode_step_s == pytest.approx(0.05)
+    assert snap.starts_per_s == pytest.approx(0.1)  # one start in the 10 s window
+    # an idle engine's last decode time goes stale instead of shedding forever
+    assert tracker.snapshot(now_ts=20.0).decode_step_s is None

@@ -1,0 +1,75 @@
+"""The deployments file: what it may say, and the errors that name the line to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vigil.engine.request import Priority
+from vigil.platform.gateway.deployment import ConfigError, FallbackTrigger, load_deployments
+
+MODELS = {"smollm2-135m-instruct"}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "vigil.toml"
+    path.write_text(text)
+    return path
+
+
+def test_full_deployment_with_fallback_and_long_pool(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[[deployments]]
+name = "chat"
+model = "smollm2-135m-instruct"
+max_prompt_tokens = 1024
+max_tokens = 256
+interactive = { max_queue = 8, max_queue_wait_s = 5 }
+slo = { ttft_p99_s = 1.5, min_tokens_per_s = 10 }
+fallback = { deployment = "chat-small", trigger = "queue_wait", threshold_s = 2 }
+long_prompt_pool = { min_prompt_tokens = 512, max_queue = 2, max_num_seqs = 2 }
+
+[[deployments]]
+name = "chat-small"
+model = "smollm2-135m-instruct"
+""",
+    )
+    chat, small = load_deployments(path, MODELS)
+    assert (chat.max_prompt_tokens, chat.max_tokens) == (1024, 256)
+    assert chat.limits[Priority.INTERACTIVE].max_queue == 8
+    assert chat.limits[Priority.BATCH].max_queue == 256  # default kept
+    assert chat.slo.ttft_p99_s == 1.5
+    assert chat.fallback is not None and chat.fallback.trigger is FallbackTrigger.QUEUE_WAIT
+    assert chat.long_prompt_pool is not None and chat.long_prompt_pool.min_prompt_tokens == 512
+    assert small.fallback is None
+
+
+@pytest.mark.parametrize(
+    ("text", "mentions"),
+    [
+        ("x = 1", "[[deployments]]"),
+        ('[[deployments]]\nname = "a"\nmodel = "gpt-9"', "unknown model"),
+        (
+            '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
+            'fallback = { deployment = "b", trigger = "queue_wait", threshold_s = 1 }',
+            "not defined",
+        ),
+        (
+            '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
+            'fallback = { deployment = "a", trigger = "soon", threshold_s = 1 }',
+            "deployments[0]",
+        ),
+        (
+            '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n[[deployments]]\n'
+            'name = "a"\nmodel = "smollm2-135m-instruct"',
+            "twice",
+        ),
+        ("[[deployments]\n", "vigil.toml"),
+    ],
+)
+def test_bad_files_say_what_is_wrong(tmp_path: Path, text: str, mentions: str) -> None:
+    with pytest.raises(ConfigError, match=mentions.replace("[", r"\[")):
+        load_deployments(write(tmp_path, text), MODELS)
