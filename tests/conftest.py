@@ -105,6 +105,7 @@ class RunningServer:
     base_url: str
     data_dir: pathlib.Path
     log_path: pathlib.Path
+    pid: int
 
 
 def _free_port() -> int:
@@ -147,7 +148,7 @@ def running_vigil(data_dir: pathlib.Path, *args: str) -> Iterator[RunningServer]
             except httpx.TransportError:
                 pass
             time.sleep(0.3)
-        yield RunningServer(base_url, data_dir, log_path)
+        yield RunningServer(base_url, data_dir, log_path, proc.pid)
     finally:
         proc.terminate()
         try:

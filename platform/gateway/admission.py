@@ -3,10 +3,15 @@
 `decide` is a pure function of plain data: the service holds the clocks and counters.
 
 The load model is first order and says so. A new request's time to first token is
-predicted as the prompt tokens that will be prefilled before its last one (queued
-work of its class and of every class served before it, plus its own prompt), divided
-by the measured prefill rate. Shedding at once, in milliseconds, beats letting a
-request time out in the queue: the client can retry elsewhere or later.
+predicted as two waits added:
+- for a batch slot: when the running sequences and those queued ahead already fill
+  max_num_seqs, it waits for the surplus to finish, at the measured rate at which
+  queued requests start (in a saturated engine, one starts when one finishes);
+- for prefill: the prompt tokens prefilled before its last one (queued work of its
+  class and of every class served before it, plus its own prompt), divided by the
+  measured prefill rate.
+Shedding at once, in milliseconds, beats letting a request time out in the queue:
+the client can retry elsewhere or later.
 
 Order of protection: batch traffic is shed first, once the backlog would delay a new
 interactive request by `batch_shed_fraction` of its TTFT target; interactive traffic
@@ -49,6 +54,8 @@ class LoadSnapshot:
     prefill_tokens_per_s: float | None  # measured; None before the first prefill
     decode_step_s: float | None  # measured time of a step that decodes; None before one
     starts_per_s: float | None  # measured rate at which queued requests start
+    num_running: int = 0  # sequences in the engine's batch now
+    max_num_seqs: int = 1 << 30  # the engine's batch cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +74,8 @@ def decide(
     allow_fallback: bool = True,
 ) -> Admission:
     interactive_ttft = _predicted_ttft(
-        load.queued_prompt_tokens[Priority.INTERACTIVE] + prompt_tokens, load
+        load.queued[Priority.INTERACTIVE], load.queued_prompt_tokens[Priority.INTERACTIVE]
+        + prompt_tokens, load
     )
     if priority is Priority.INTERACTIVE and allow_fallback and spec.fallback is not None:
         fb = spec.fallback
@@ -91,7 +99,7 @@ def decide(
             return _shed(Reason.SLO_TTFT, interactive_ttft, load, priority)
     else:
         backlog = sum(load.queued_prompt_tokens.values()) + prompt_tokens
-        batch_ttft = _predicted_ttft(backlog, load)
+        batch_ttft = _predicted_ttft(sum(load.queued.values()), backlog, load)
         if batch_ttft is not None and batch_ttft > slo.batch_shed_fraction * slo.ttft_p99_s:
             return _shed(Reason.SLO_TTFT, batch_ttft, load, priority)
     if load.decode_step_s is not None and 1.0 / load.decode_step_s < slo.min_tokens_per_s:
@@ -100,10 +108,14 @@ def decide(
     return Admission(Verdict.ADMIT, Reason.OK, interactive_ttft)
 
 
-def _predicted_ttft(tokens: int, load: LoadSnapshot) -> float | None:
+def _predicted_ttft(ahead: int, tokens: int, load: LoadSnapshot) -> float | None:
+    """ahead: requests queued before this one; tokens: prompt tokens to prefill up to
+    and including its own."""
     if not load.prefill_tokens_per_s:
         return None  # nothing measured yet: admit and learn
-    return tokens / load.prefill_tokens_per_s
+    surplus = load.num_running + ahead + 1 - load.max_num_seqs
+    slot_wait = surplus / load.starts_per_s if surplus > 0 and load.starts_per_s else 0.0
+    return slot_wait + tokens / load.prefill_tokens_per_s
 
 
 def _shed(

@@ -125,7 +125,7 @@ class GenerationService:
     ) -> PreparedGeneration:
         priority = principal.priority
         target, max_tokens = self._route(spec, prompt)
-        admission = decide(priority, len(prompt.ids), target.load.snapshot(), spec)
+        admission = decide(priority, len(prompt.ids), target.snapshot(), spec)
         fallback_from = None
         if admission.verdict is Verdict.FALLBACK:
             assert spec.fallback is not None
@@ -135,11 +135,11 @@ class GenerationService:
                 fallback_from, spec = spec.name, fallback
                 target, max_tokens = self._route(spec, prompt)
                 admission = decide(
-                    priority, len(prompt.ids), target.load.snapshot(), spec, allow_fallback=False
+                    priority, len(prompt.ids), target.snapshot(), spec, allow_fallback=False
                 )
             else:  # a fallback still loading is no help: decide without it
                 admission = decide(
-                    priority, len(prompt.ids), target.load.snapshot(), spec, allow_fallback=False
+                    priority, len(prompt.ids), target.snapshot(), spec, allow_fallback=False
                 )
         self.recorder.record_admission(spec.name, admission)
         if admission.verdict is Verdict.SHED:

@@ -66,7 +66,8 @@ class LoadTracker:
             self.decode_step_s.add(step.total_s)
             self._last_decode_ts = time.monotonic() if now_ts is None else now_ts
 
-    def snapshot(self, now_ts: float | None = None) -> LoadSnapshot:
+    def snapshot(self, now_ts: float | None = None, num_running: int = 0,
+                 max_num_seqs: int = 1 << 30) -> LoadSnapshot:
         now = time.monotonic() if now_ts is None else now_ts
         queued = {p: 0 for p in Priority}
         tokens = {p: 0 for p in Priority}
@@ -84,6 +85,8 @@ class LoadTracker:
                 self.decode_step_s.value if now - self._last_decode_ts < DECODE_STALE_S else None
             ),
             starts_per_s=self._starts_per_s(now),
+            num_running=num_running,
+            max_num_seqs=max_num_seqs,
         )
 
     def _starts_per_s(self, now: float) -> float | None:

@@ -10,6 +10,7 @@ from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import ModelKind
 from vigil.engine.embed_batcher import AsyncEmbedder
 from vigil.platform.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
+from vigil.platform.gateway.admission import LoadSnapshot
 from vigil.platform.gateway.deployment import DeploymentSpec
 from vigil.platform.gateway.load import LoadTracker
 from vigil.platform.telemetry.metrics import EngineSnapshot
@@ -35,6 +36,12 @@ class Target:
     key: str
     engine: AsyncLLMEngine
     load: LoadTracker
+
+    def snapshot(self) -> LoadSnapshot:
+        return self.load.snapshot(
+            num_running=self.engine.stats().num_running,
+            max_num_seqs=self.engine.core.config.max_num_seqs,
+        )
 
 
 class ModelDirectory:
