@@ -27,7 +27,10 @@ def sample(
 
 
 def _sample_row(row: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> int:
-    row = row / p.temperature
+    # Scaled around the best logit and in float64: the API takes any temperature above
+    # 0, and one below float32's range (1e-40) would overflow the logits to inf and the
+    # softmax to nan. Around the best logit, it goes to 0 and every other to -inf.
+    row = (row - row.max()).double() / p.temperature
     if p.top_k > 0 and p.top_k < row.shape[-1]:
         kth = torch.topk(row, p.top_k).values[-1]
         row = row.masked_fill(row < kth, float("-inf"))
@@ -37,6 +40,7 @@ def _sample_row(row: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> i
         # Drop a token when the tokens ranked above it already cover top_p;
         # the most likely token always stays.
         drop = probs.cumsum(-1) - probs >= p.top_p
+        drop[0] = False
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         row = torch.empty_like(row).scatter_(0, order, sorted_logits)
     probs = row.softmax(-1)

@@ -17,6 +17,8 @@ from litestar.exceptions import HTTPException, SerializationException, Validatio
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
+from vigil.platform.api.openai_schemas import ErrorBody, ErrorDetail
+
 log = logging.getLogger(__name__)
 
 _FIELD = re.compile(r"field `([^`]+)`")
@@ -84,13 +86,11 @@ class RateLimited(APIError):
     error_type = "rate_limit_error"
 
 
-def error_body(
-    message: str, error_type: str, param: str | None, code: str | None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+def error_body(message: str, error_type: str, param: str | None, code: str | None) -> ErrorBody:
+    return ErrorBody(ErrorDetail(message, error_type, param, code))
 
 
-def _api_error_handler(_: Request[Any, Any, Any], exc: APIError) -> Response[Any]:
+def _api_error_handler(_: Request[Any, Any, Any], exc: APIError) -> Response[ErrorBody]:
     return Response(
         error_body(exc.message, exc.error_type, exc.param, exc.code),
         status_code=exc.status_code,
@@ -98,7 +98,7 @@ def _api_error_handler(_: Request[Any, Any, Any], exc: APIError) -> Response[Any
     )
 
 
-def _validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+def _validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> Response[ErrorBody]:
     problems = exc.extra if isinstance(exc.extra, list) else []
     first = problems[0] if problems and isinstance(problems[0], dict) else {}
     key = first.get("key")
@@ -109,6 +109,8 @@ def _validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> 
         param = named.group(1)
     where = f" for '{param}'" if param else ""
     message = f"Invalid request{where}: {detail}."
+    if key == "data" and detail == "'data'":  # Litestar's whole word on a missing body
+        message = "The request body is empty; send a JSON object."
     if len(problems) > 1:
         message += f" ({len(problems) - 1} more problem(s) in the request)"
     return Response(
@@ -128,7 +130,7 @@ _HTTP_TYPES = {
 }
 
 
-def _http_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+def _http_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorBody]:
     status = exc.status_code
     if isinstance(exc.__cause__, SerializationException):
         message = f"The request body is not valid JSON ({exc.detail}); send a JSON object."
@@ -145,12 +147,14 @@ def _http_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
         message = f"No endpoint at {request.url.path}; the API is listed at /schema/openapi.json."
     elif status == 405:
         message = f"{request.method} is not allowed on {request.url.path}: {message}."
+    elif status == 413:
+        message = "The request body is larger than this server takes; split it over requests."
     return Response(
         error_body(message, error_type, None, None), status_code=status, headers=exc.headers
     )
 
 
-def _unexpected_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def _unexpected_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
     log.exception("unhandled error", exc_info=exc)
     return Response(
         error_body(

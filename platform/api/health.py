@@ -2,25 +2,48 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from litestar import Response, get
+from litestar.openapi import ResponseSpec
+from msgspec import Struct
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from vigil.platform.worker.local import LocalWorker
 
 
+class Liveness(Struct):
+    status: Literal["ok"]
+
+
+class Readiness(Struct, omit_defaults=True):
+    status: Literal["ready", "loading"]
+    models: dict[str, str]  # name -> loading, ready or failed
+    errors: dict[str, str] | None = None  # name -> why it failed to load
+
+
 @get("/healthz", tags=["Operations"], summary="The process is alive")
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+async def healthz() -> Liveness:
+    return Liveness("ok")
 
 
-@get("/readyz", tags=["Operations"], summary="Every configured model is loaded")
-async def readyz(worker: LocalWorker) -> Response[dict[str, object]]:
+@get(
+    "/readyz",
+    tags=["Operations"],
+    summary="Every configured model is loaded",
+    responses={
+        503: ResponseSpec(
+            Readiness,
+            description="A model is still loading or failed to load.",
+            generate_examples=False,
+        )
+    },
+)
+async def readyz(worker: LocalWorker) -> Response[Readiness]:
     models = {name: state.value for name, state in worker.states.items()}
     if worker.ready:
-        return Response({"status": "ready", "models": models})
-    return Response(
-        {"status": "loading", "models": models, "errors": worker.errors}, status_code=503
-    )
+        return Response(Readiness("ready", models))
+    return Response(Readiness("loading", models, dict(worker.errors)), status_code=503)
 
 
 @get("/metrics", tags=["Operations"], summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)

@@ -98,7 +98,8 @@ class EmbeddingRequest(Struct, kw_only=True, forbid_unknown_fields=True):
         Annotated[str, Meta(min_length=1)]
         | Annotated[list[Annotated[str, Meta(min_length=1)]], Meta(min_length=1, max_length=2048)]
     )
-    encoding_format: Literal["float"] = "float"
+    # The openai client asks for base64 unless told otherwise, and decodes it itself.
+    encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None
 
     def texts(self) -> list[str]:
@@ -119,10 +120,13 @@ class ChatMessageOut(Struct):
     content: str
 
 
+FinishReasonName = Literal["stop", "length"]
+
+
 class ChatChoice(Struct):
     index: int
     message: ChatMessageOut
-    finish_reason: str | None
+    finish_reason: FinishReasonName | None
     logprobs: None = None
 
 
@@ -138,7 +142,7 @@ class ChatCompletion(Struct):
 class CompletionChoice(Struct):
     index: int
     text: str
-    finish_reason: str | None
+    finish_reason: FinishReasonName | None
     logprobs: None = None
 
 
@@ -153,7 +157,7 @@ class Completion(Struct):
 
 class Embedding(Struct):
     index: int
-    embedding: list[float]
+    embedding: list[float] | str  # str: little-endian float32s, base64-encoded
     object: Literal["embedding"] = "embedding"
 
 
@@ -179,6 +183,58 @@ class ModelCard(Struct):
 class ModelList(Struct):
     data: list[ModelCard]
     object: Literal["list"] = "list"
+
+
+# ---- streamed chunks (one per SSE message) --------------------------------
+
+
+class ChatDelta(Struct, omit_defaults=True):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(Struct):
+    index: int
+    delta: ChatDelta
+    finish_reason: FinishReasonName | None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(
+    Struct, omit_defaults=True, tag_field="object", tag="chat.completion.chunk"
+):
+    """usage only on the last chunk, with no choices, when stream_options asks for it."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionChunk(Struct, omit_defaults=True, tag_field="object", tag="text_completion"):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+# ---- errors -----------------------------------------------------------------
+
+
+class ErrorDetail(Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(Struct):
+    """OpenAI's error body; every 4xx and 5xx carries one, and so does a stream that fails
+    after it began (as its last event before [DONE])."""
+
+    error: ErrorDetail
 
 
 def sse(payload: Any) -> bytes:

@@ -14,12 +14,27 @@ import time
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
+import msgspec
+
 from vigil.engine.request import EngineEvent, FinishEvent, FinishReason
-from vigil.platform.api.openai_schemas import SSE_DONE, Usage, sse
+from vigil.platform.api.openai_schemas import (
+    SSE_DONE,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatDelta,
+    CompletionChoice,
+    CompletionChunk,
+    FinishReasonName,
+    Usage,
+    sse,
+)
 from vigil.platform.errors import APIError, error_body
 from vigil.platform.gateway.generation import GenerationService, PreparedGeneration
 
-FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+FINISH_REASONS: dict[FinishReason, FinishReasonName] = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+}
 SSE_KEEPALIVE = b": keep-alive\n\n"
 
 T = TypeVar("T")
@@ -92,21 +107,21 @@ async def chat_chunks(
     include_usage: bool,
     keepalive_s: float,
 ) -> AsyncIterator[bytes]:
-    base = _base(prepared, "chat.completion.chunk")
+    request_id, created = prepared.request.request_id, int(time.time())
 
-    def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return sse({**base, "choices": [choice]})
+    def chunk(delta: ChatDelta, finish: FinishReasonName | None = None) -> ChatCompletionChunk:
+        choice = ChatChunkChoice(0, delta, finish)
+        return ChatCompletionChunk(request_id, created, prepared.deployment, [choice])
 
-    yield chunk({"role": "assistant", "content": ""})
+    yield sse(chunk(ChatDelta("assistant", "")))
     async for event in with_keepalive(generation.events(prepared), keepalive_s):
         if event is None:
             yield SSE_KEEPALIVE
             continue
         if event.text:
-            yield chunk({"content": event.text})
+            yield sse(chunk(ChatDelta(content=event.text)))
         if isinstance(event, FinishEvent):
-            yield _final(event, chunk({}, FINISH_REASONS.get(event.reason)), base, include_usage)
+            yield _final(event, chunk(ChatDelta(), FINISH_REASONS.get(event.reason)), include_usage)
     yield SSE_DONE
 
 
@@ -116,20 +131,20 @@ async def completion_chunks(
     include_usage: bool,
     keepalive_s: float,
 ) -> AsyncIterator[bytes]:
-    base = _base(prepared, "text_completion")
+    request_id, created = prepared.request.request_id, int(time.time())
 
-    def chunk(text: str, finish: str | None = None) -> bytes:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        return sse({**base, "choices": [choice]})
+    def chunk(text: str, finish: FinishReasonName | None = None) -> CompletionChunk:
+        choice = CompletionChoice(0, text, finish)
+        return CompletionChunk(request_id, created, prepared.deployment, [choice])
 
     async for event in with_keepalive(generation.events(prepared), keepalive_s):
         if event is None:
             yield SSE_KEEPALIVE
             continue
         if event.text:
-            yield chunk(event.text)
+            yield sse(chunk(event.text))
         if isinstance(event, FinishEvent):
-            yield _final(event, chunk("", FINISH_REASONS.get(event.reason)), base, include_usage)
+            yield _final(event, chunk("", FINISH_REASONS.get(event.reason)), include_usage)
     yield SSE_DONE
 
 
@@ -147,34 +162,15 @@ async def collect(
     raise AssertionError("the engine's event stream ended without a FinishEvent")
 
 
-def _base(prepared: PreparedGeneration, kind: str) -> dict[str, object]:
-    return {
-        "id": prepared.request.request_id,
-        "object": kind,
-        "created": int(time.time()),
-        "model": prepared.deployment,
-    }
-
-
 def _final(
-    event: FinishEvent, last_chunk: bytes, base: dict[str, object], include_usage: bool
+    event: FinishEvent, last_chunk: ChatCompletionChunk | CompletionChunk, include_usage: bool
 ) -> bytes:
-    """The closing chunk(s): finish_reason, then usage if asked for; an error event
-    instead when the request failed after the stream began."""
+    """The closing chunk(s): finish_reason, then usage (with no choices) if asked for; an
+    error event instead when the request failed after the stream began."""
     if event.reason not in FINISH_REASONS:
         error = failure(event)
         return sse(error_body(error.message, error.error_type, None, error.code))
     if not include_usage:
-        return last_chunk
-    usage = usage_of(event)
-    return last_chunk + sse(
-        {
-            **base,
-            "choices": [],
-            "usage": {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "total_tokens": usage.total_tokens,
-            },
-        }
-    )
+        return sse(last_chunk)
+    usage_chunk = msgspec.structs.replace(last_chunk, choices=[], usage=usage_of(event))
+    return sse(last_chunk) + sse(usage_chunk)

@@ -74,8 +74,9 @@ def decide(
     allow_fallback: bool = True,
 ) -> Admission:
     interactive_ttft = _predicted_ttft(
-        load.queued[Priority.INTERACTIVE], load.queued_prompt_tokens[Priority.INTERACTIVE]
-        + prompt_tokens, load
+        load.queued[Priority.INTERACTIVE],
+        load.queued_prompt_tokens[Priority.INTERACTIVE] + prompt_tokens,
+        load,
     )
     if priority is Priority.INTERACTIVE and allow_fallback and spec.fallback is not None:
         fb = spec.fallback

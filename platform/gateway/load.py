@@ -66,8 +66,9 @@ class LoadTracker:
             self.decode_step_s.add(step.total_s)
             self._last_decode_ts = time.monotonic() if now_ts is None else now_ts
 
-    def snapshot(self, now_ts: float | None = None, num_running: int = 0,
-                 max_num_seqs: int = 1 << 30) -> LoadSnapshot:
+    def snapshot(
+        self, now_ts: float | None = None, num_running: int = 0, max_num_seqs: int = 1 << 30
+    ) -> LoadSnapshot:
         now = time.monotonic() if now_ts is None else now_ts
         queued = {p: 0 for p in Priority}
         tokens = {p: 0 for p in Priority}

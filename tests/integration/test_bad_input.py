@@ -54,6 +54,17 @@ def test_body_that_is_not_an_object(vigil_server) -> None:
     assert_error(post(vigil_server, "/v1/chat/completions", ["not", "an", "object"]), 400)
 
 
+def test_empty_body(vigil_server) -> None:
+    r = post(vigil_server, "/v1/chat/completions", content=b"")
+    assert_error(r, 400, mentions="empty")
+
+
+def test_body_over_the_size_limit(vigil_server) -> None:
+    texts = ["word " * 2000] * 1100  # 11 MB, over Litestar's 10 MB
+    r = post(vigil_server, "/v1/embeddings", {"model": EMBEDDER, "input": texts})
+    assert_error(r, 413, mentions="larger")
+
+
 def test_missing_messages(vigil_server) -> None:
     r = post(vigil_server, "/v1/chat/completions", {"model": LLM})
     assert_error(r, 400, param="messages", mentions="messages")

@@ -83,6 +83,13 @@ def test_tiny_top_p_keeps_only_the_top_token() -> None:
     assert set(drawn) == {int(logits.argmax())}
 
 
+def test_top_p_below_float32_range_still_keeps_the_top_token() -> None:
+    # Found by fuzzing the API: top_p=5e-324 is > 0, so valid, but 0 in float32.
+    logits = random_logits(1, seed=5)[0] / 3
+    drawn = draws(logits, params(temperature=1.0, top_p=5e-324), seed=0, n=20)
+    assert set(drawn) == {int(logits.argmax())}
+
+
 def test_top_p_keeps_the_smallest_set_that_covers_p() -> None:
     # Probabilities 0.5, 0.3, 0.15, 0.05: top_p=0.7 needs the first two, and only them.
     logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
@@ -109,3 +116,10 @@ def test_low_temperature_concentrates_and_high_temperature_spreads() -> None:
     hot = draws(logits, params(temperature=100.0), seed=0, n=100)
     assert set(cold) == {int(logits.argmax())}
     assert len(set(hot)) > 30  # close to uniform over 50 tokens
+
+
+def test_temperature_below_float32_range_behaves_as_greedy() -> None:
+    logits = random_logits(1, seed=7)[0]
+    for temperature in (1e-40, 5e-324):
+        drawn = draws(logits, params(temperature=temperature), seed=0, n=20)
+        assert set(drawn) == {int(logits.argmax())}, temperature

@@ -139,8 +139,7 @@ def test_load_tracker_counts_queued_work_and_measures_rates() -> None:
 
 def test_a_full_batch_adds_the_wait_for_a_slot() -> None:
     # 4 running of 4 slots, 2 queued ahead: 3 must finish first, starting 1 per second.
-    snap = replace(load(queued=(2, 0), tokens=(200, 0), starts=1.0), num_running=4,
-                   max_num_seqs=4)
+    snap = replace(load(queued=(2, 0), tokens=(200, 0), starts=1.0), num_running=4, max_num_seqs=4)
     a = decide(I, 100, snap, SPEC)
     assert a.predicted_ttft_s == pytest.approx(3 / 1.0 + 300 / 1000.0)
     assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TTFT)
