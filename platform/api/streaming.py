@@ -75,30 +75,28 @@ def usage_of(finish: FinishEvent) -> Usage:
 
 
 async def with_keepalive(events: AsyncIterator[T], interval_s: float) -> AsyncIterator[T | None]:
-    """The items of `events`, with a None each time interval_s passes without one."""
+    """The items of `events`, with a None each time interval_s passes before the first.
+
+    Keep-alives cover the wait in the queue; once tokens flow, the items pass straight
+    through (a task per item would cost the event loop more than the tokens)."""
     it = aiter(events)
-    pending: asyncio.Task[T] | None = None
+    first: asyncio.Task[T] = asyncio.ensure_future(anext(it))
     try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(it))
-            done, _ = await asyncio.wait({pending}, timeout=interval_s)
-            if not done:
-                yield None
-                continue
-            try:
-                item = pending.result()
-            except StopAsyncIteration:
-                return
-            pending = None
-            yield item
-    finally:
-        if pending is not None:
-            # The client left while waiting: cancelling the pending step unwinds the
-            # engine stream, which aborts the request.
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await pending
+        while not (await asyncio.wait({first}, timeout=interval_s))[0]:
+            yield None
+    except BaseException:
+        # The client left while waiting: cancelling the pending step unwinds the engine
+        # stream, which aborts the request.
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+            await first
+        raise
+    try:
+        yield first.result()
+    except StopAsyncIteration:
+        return
+    async for item in it:
+        yield item
 
 
 async def chat_chunks(

@@ -31,8 +31,10 @@ class ClassLimits:
 
 @dataclass(frozen=True, slots=True)
 class SLOTargets:
-    ttft_p99_s: float = 2.0  # interactive time to first token
-    min_tokens_per_s: float = 5.0  # per stream, after the first token
+    # Defaults that a CPU serving a small model meets at moderate load; set real
+    # targets per deployment.
+    ttft_p99_s: float = 5.0  # interactive time to first token
+    min_tokens_per_s: float = 2.0  # per stream, after the first token
     # Batch requests are shed once the predicted interactive TTFT passes this share of
     # the target, so the rest of the headroom stays with interactive traffic.
     batch_shed_fraction: float = 0.5
