@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 import msgspec
@@ -99,6 +99,29 @@ async def with_keepalive(events: AsyncIterator[T], interval_s: float) -> AsyncIt
         yield item
 
 
+ChunkOf = Callable[[str, "FinishReasonName | None"], "ChatCompletionChunk | CompletionChunk"]
+
+
+async def _event_chunks(
+    generation: GenerationService,
+    prepared: PreparedGeneration,
+    chunk: ChunkOf,
+    include_usage: bool,
+    keepalive_s: float,
+) -> AsyncIterator[bytes]:
+    """The stream shared by both endpoints: a chunk per piece of text, keep-alives while
+    waiting, then the closing chunk(s) and [DONE]."""
+    async for event in with_keepalive(generation.events(prepared), keepalive_s):
+        if event is None:
+            yield SSE_KEEPALIVE
+            continue
+        if event.text:
+            yield sse(chunk(event.text, None))
+        if isinstance(event, FinishEvent):
+            yield _final(event, chunk("", FINISH_REASONS.get(event.reason)), include_usage)
+    yield SSE_DONE
+
+
 async def chat_chunks(
     generation: GenerationService,
     prepared: PreparedGeneration,
@@ -107,20 +130,22 @@ async def chat_chunks(
 ) -> AsyncIterator[bytes]:
     request_id, created = prepared.request.request_id, int(time.time())
 
-    def chunk(delta: ChatDelta, finish: FinishReasonName | None = None) -> ChatCompletionChunk:
-        choice = ChatChunkChoice(0, delta, finish)
-        return ChatCompletionChunk(request_id, created, prepared.deployment, [choice])
+    def chunk(text: str, finish: FinishReasonName | None) -> ChatCompletionChunk:
+        # The closing chunk carries an empty delta, not empty content.
+        delta = ChatDelta(content=text) if text or finish is None else ChatDelta()
+        return ChatCompletionChunk(
+            request_id, created, prepared.deployment, [ChatChunkChoice(0, delta, finish)]
+        )
 
-    yield sse(chunk(ChatDelta("assistant", "")))
-    async for event in with_keepalive(generation.events(prepared), keepalive_s):
-        if event is None:
-            yield SSE_KEEPALIVE
-            continue
-        if event.text:
-            yield sse(chunk(ChatDelta(content=event.text)))
-        if isinstance(event, FinishEvent):
-            yield _final(event, chunk(ChatDelta(), FINISH_REASONS.get(event.reason)), include_usage)
-    yield SSE_DONE
+    opening = ChatCompletionChunk(
+        request_id,
+        created,
+        prepared.deployment,
+        [ChatChunkChoice(0, ChatDelta("assistant", ""), None)],
+    )
+    yield sse(opening)
+    async for piece in _event_chunks(generation, prepared, chunk, include_usage, keepalive_s):
+        yield piece
 
 
 async def completion_chunks(
@@ -131,19 +156,13 @@ async def completion_chunks(
 ) -> AsyncIterator[bytes]:
     request_id, created = prepared.request.request_id, int(time.time())
 
-    def chunk(text: str, finish: FinishReasonName | None = None) -> CompletionChunk:
-        choice = CompletionChoice(0, text, finish)
-        return CompletionChunk(request_id, created, prepared.deployment, [choice])
+    def chunk(text: str, finish: FinishReasonName | None) -> CompletionChunk:
+        return CompletionChunk(
+            request_id, created, prepared.deployment, [CompletionChoice(0, text, finish)]
+        )
 
-    async for event in with_keepalive(generation.events(prepared), keepalive_s):
-        if event is None:
-            yield SSE_KEEPALIVE
-            continue
-        if event.text:
-            yield sse(chunk(event.text))
-        if isinstance(event, FinishEvent):
-            yield _final(event, chunk("", FINISH_REASONS.get(event.reason)), include_usage)
-    yield SSE_DONE
+    async for piece in _event_chunks(generation, prepared, chunk, include_usage, keepalive_s):
+        yield piece
 
 
 async def collect(
