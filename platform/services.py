@@ -12,10 +12,16 @@ from vigil.engine.bundled import ModelKind, bundled_source
 from vigil.engine.request import Priority
 from vigil.engine.stats import StepStats
 from vigil.platform.control.api_keys import ApiKeyService
+from vigil.platform.control.config_file import load_deployments
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.model_versions import ModelVersionService
+from vigil.platform.control.specs import (
+    ClassLimits,
+    DeploymentSpec,
+    bundled_version,
+    default_limits,
+)
 from vigil.platform.gateway.auth import Authenticator, AuthMode
-from vigil.platform.gateway.deployment import ClassLimits, DeploymentSpec, load_deployments
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
 from vigil.platform.gateway.load import LoadTracker
@@ -48,7 +54,7 @@ class Services:
 
 def deployment_specs(settings: ServeSettings) -> tuple[list[DeploymentSpec], list[str]]:
     """The deployments to serve (from the config file, or one per bundled generation
-    model) and the embedding models."""
+    model at its bundled version) and the embedding models."""
     sources = {name: bundled_source(name) for name in settings.models}
     generate = [n for n, s in sources.items() if s.kind is ModelKind.GENERATE]
     embed = [n for n, s in sources.items() if s.kind is ModelKind.EMBED]
@@ -57,10 +63,10 @@ def deployment_specs(settings: ServeSettings) -> tuple[list[DeploymentSpec], lis
     wait_s = settings.engine.max_queue_wait_s
     specs = []
     for name in generate:
-        limits = dict(DeploymentSpec(name, name).limits)
+        limits = default_limits()
         base = limits[Priority.INTERACTIVE]
         limits[Priority.INTERACTIVE] = ClassLimits(base.max_queue, wait_s)
-        specs.append(DeploymentSpec(name, name, limits=limits))
+        specs.append(DeploymentSpec(name, bundled_version(name), limits=limits))
     return specs, embed
 
 

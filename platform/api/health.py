@@ -18,8 +18,8 @@ class Liveness(Struct):
 
 class Readiness(Struct, omit_defaults=True):
     status: Literal["ready", "loading"]
-    models: dict[str, str]  # name -> loading, ready or failed
-    errors: dict[str, str] | None = None  # name -> why it failed to load
+    versions: dict[str, str]  # model@version -> loading, ready or failed
+    errors: dict[str, str] | None = None  # model@version -> why it failed to load
 
 
 @get("/healthz", tags=["Operations"], summary="The process is alive")
@@ -30,7 +30,7 @@ async def healthz() -> Liveness:
 @get(
     "/readyz",
     tags=["Operations"],
-    summary="Every configured model is loaded",
+    summary="Every model version in use is loaded",
     responses={
         503: ResponseSpec(
             Readiness,
@@ -40,10 +40,10 @@ async def healthz() -> Liveness:
     },
 )
 async def readyz(worker: LocalWorker) -> Response[Readiness]:
-    models = {name: state.value for name, state in worker.states.items()}
+    versions = {key: state.value for key, state in worker.states.items()}
     if worker.ready:
-        return Response(Readiness("ready", models))
-    return Response(Readiness("loading", models, dict(worker.errors)), status_code=503)
+        return Response(Readiness("ready", versions))
+    return Response(Readiness("loading", versions, dict(worker.errors)), status_code=503)
 
 
 @get("/metrics", tags=["Operations"], summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)

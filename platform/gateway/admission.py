@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from vigil.engine.request import Priority
-from vigil.platform.gateway.deployment import DeploymentSpec, FallbackTrigger
+from vigil.platform.control.specs import DeploymentSpec, FallbackTrigger
 
 RETRY_AFTER_DEFAULT_S = 5
 RETRY_AFTER_MAX_S = 60

@@ -25,7 +25,7 @@ class EmbeddingService:
         self, body: EmbeddingRequest, principal: Principal, arrival_ts: float
     ) -> tuple[EmbeddingList, str, str]:
         """The vectors, the request id and the model/version that computed them."""
-        embedder = self.models.embedder(body.model)
+        embedder, version = self.models.embedder(body.model)
         if not principal.may_use(body.model):
             raise PermissionDenied(
                 f"This API key may not use the model '{body.model}'.",
@@ -56,6 +56,5 @@ class EmbeddingService:
             model=body.model,
             usage=EmbeddingUsage(total, total),
         )
-        source = self.models.worker.source(body.model)
-        served_by = f"{body.model}/{source.version if source else 'unknown'}"
+        served_by = f"{version.model}/{version.version}"
         return result, f"embd-{uuid.uuid4().hex}", served_by

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.llm_engine import RequestRejected
@@ -28,10 +29,10 @@ from vigil.platform.api.openai_schemas import (
     CompletionRequest,
     SamplingFields,
 )
+from vigil.platform.control.specs import DeploymentSpec
 from vigil.platform.errors import InvalidRequest, PermissionDenied, RateLimited
 from vigil.platform.gateway.admission import Admission, Verdict, decide
 from vigil.platform.gateway.auth import Principal
-from vigil.platform.gateway.deployment import DeploymentSpec
 from vigil.platform.gateway.models import ModelDirectory, Target
 from vigil.platform.telemetry.recorder import RequestRecorder
 
@@ -67,7 +68,7 @@ class GenerationService:
     ) -> PreparedGeneration:
         spec = self._deployment(body.model, principal)
         _check_supported(body)
-        tokenizer = self.models.target(spec).engine.core.lm.tokenizer
+        tokenizer = self.models.target(spec.stable).engine.core.lm.tokenizer
         messages = [
             ChatMessage(m.role if m.role != "developer" else "system", m.text())
             for m in body.messages
@@ -89,7 +90,7 @@ class GenerationService:
             raise InvalidRequest(
                 "echo is not supported; leave it false", param="echo", code="unsupported_parameter"
             )
-        lm = self.models.target(spec).engine.core.lm
+        lm = self.models.target(spec.stable).engine.core.lm
         if isinstance(body.prompt, str):
             ids = lm.tokenizer.encode(body.prompt)
         else:
@@ -131,16 +132,12 @@ class GenerationService:
             assert spec.fallback is not None
             self.recorder.record_admission(spec.name, admission)
             fallback = self.models.deployment(spec.fallback.deployment)
-            if self.models.is_ready(fallback):
+            if self.models.is_ready(fallback):  # a fallback still loading is no help
                 fallback_from, spec = spec.name, fallback
                 target, max_tokens = self._route(spec, prompt)
-                admission = decide(
-                    priority, len(prompt.ids), target.snapshot(), spec, allow_fallback=False
-                )
-            else:  # a fallback still loading is no help: decide without it
-                admission = decide(
-                    priority, len(prompt.ids), target.snapshot(), spec, allow_fallback=False
-                )
+            admission = decide(
+                priority, len(prompt.ids), target.snapshot(), spec, allow_fallback=False
+            )
         self.recorder.record_admission(spec.name, admission)
         if admission.verdict is Verdict.SHED:
             raise _shed_error(spec, admission)
@@ -150,11 +147,13 @@ class GenerationService:
                 "may generate; lower min_tokens.",
                 param="min_tokens",
             )
+        version = target.version
         params = SamplingParams(
             max_tokens=max_tokens,
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_k=max(0, body.top_k or 0),
-            top_p=1.0 if body.top_p is None else body.top_p,
+            # The version's own sampling defaults apply where the request is silent.
+            temperature=_pick(body.temperature, version.param("temperature"), 1.0),
+            top_k=max(0, _pick(body.top_k, version.param("top_k"), 0)),
+            top_p=_pick(body.top_p, version.param("top_p"), 1.0),
             seed=body.seed,
             stop=body.stop_strings(),
             ignore_eos=body.ignore_eos,
@@ -175,19 +174,17 @@ class GenerationService:
                 str(exc), param=prompt.param, code="context_length_exceeded"
             ) from exc
         target.load.enqueue(request.request_id, priority, len(prompt.ids), time.monotonic())
-        return PreparedGeneration(
-            spec.name, self.models.served_by(spec), fallback_from, target, request
-        )
+        return PreparedGeneration(spec.name, target.served_by, fallback_from, target, request)
 
     def _route(self, spec: DeploymentSpec, prompt: _Prompt) -> tuple[Target, int]:
-        """The engine for this prompt (the long-prompt pool when it is long) and the
-        request's max_tokens, after every cap."""
+        """The engine for this prompt (the canary for its share; the long-prompt pool when
+        the prompt is long) and the request's max_tokens, after every cap."""
         n = len(prompt.ids)
         if not n:
             raise InvalidRequest("the prompt is empty", param=prompt.param)
         pool = spec.long_prompt_pool
         long_pool = pool is not None and n >= pool.min_prompt_tokens
-        target = self.models.target(spec, long_pool)
+        target = self.models.target(self.models.choose_version(spec), long_pool)
         core = target.engine.core
         context = min(core.max_model_len, core.kv_capacity_tokens)
         prompt_cap = context - 1
@@ -254,6 +251,12 @@ def _shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
         code=f"overloaded_{admission.reason.value}",
         headers={"Retry-After": str(retry)},
     )
+
+
+def _pick(requested: Any, version_default: Any, default: Any) -> Any:
+    if requested is not None:
+        return requested
+    return default if version_default is None else version_default
 
 
 def _check_supported(body: SamplingFields) -> None:

@@ -95,14 +95,15 @@ STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0
 
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
-    deployment: str
+    engine: str  # the engine's key: model@version, `#long` for a long-prompt pool
     stats: EngineStats
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        labels = ["deployment"]
+        labels = ["deployment"]  # request-level series: the name clients asked for
+        engine = ["version"]  # engine-level series: the engine's key (model@version)
         self.ttft = Histogram(
             "vigil_time_to_first_token_seconds",
             "Time from arrival at the gateway to the first output token.",
@@ -139,22 +140,22 @@ class Metrics:
         )
         self.batch_size = Histogram(
             "vigil_batch_size",
-            "Sequences in one engine step.",
-            labels,
+            "Sequences in one engine step, or inputs in one embedding batch.",
+            engine,
             buckets=BATCH_SIZE_BUCKETS,
             registry=registry,
         )
         self.batch_wait = Histogram(
             "vigil_batch_wait_seconds",
             "Time an embedding input waited for its batch to form.",
-            labels,
+            engine,
             buckets=BATCH_WAIT_BUCKETS_S,
             registry=registry,
         )
         self.step_time = Histogram(
             "vigil_engine_step_seconds",
             "Wall time of one engine step: schedule, forward, sample, outputs.",
-            labels,
+            engine,
             buckets=STEP_BUCKETS_S,
             registry=registry,
         )
@@ -179,33 +180,33 @@ class EngineStatsCollector(Collector):
         waiting = GaugeMetricFamily(
             "vigil_requests_waiting",
             "Requests queued in the engine.",
-            labels=["deployment", "priority"],
+            labels=["version", "priority"],
         )
         running = GaugeMetricFamily(
-            "vigil_requests_running", "Requests in the running batch.", labels=["deployment"]
+            "vigil_requests_running", "Requests in the running batch.", labels=["version"]
         )
         kv = GaugeMetricFamily(
             "vigil_kv_cache_usage_ratio",
             "Used KV cache blocks over all blocks, 0-1.",
-            labels=["deployment"],
+            labels=["version"],
         )
         queried = CounterMetricFamily(
             "vigil_prefix_cache_queried_tokens",
             "Prompt tokens looked up in the prefix cache on admission.",
-            labels=["deployment"],
+            labels=["version"],
         )
         hits = CounterMetricFamily(
             "vigil_prefix_cache_hit_tokens",
             "Prompt tokens served from the prefix cache instead of computed.",
-            labels=["deployment"],
+            labels=["version"],
         )
         preempt = CounterMetricFamily(
             "vigil_preemptions",
             "Sequences preempted for lack of KV cache blocks.",
-            labels=["deployment"],
+            labels=["version"],
         )
         for snap in self._snapshots():
-            s, d = snap.stats, snap.deployment
+            s, d = snap.stats, snap.engine
             waiting.add_metric([d, "interactive"], s.num_waiting_interactive)
             waiting.add_metric([d, "batch"], s.num_waiting_batch)
             running.add_metric([d], s.num_running)

@@ -13,16 +13,19 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 import torch
 
+from vigil.engine.artifacts import resolve_artifact, verify_checksum
 from vigil.engine.async_engine import AsyncLLMEngine, StepObserver
-from vigil.engine.bundled import ModelKind, ModelSource, bundled_source
+from vigil.engine.bundled import ModelKind, ModelSource
 from vigil.engine.device import free_memory_bytes, resolve_device, resolve_dtype
 from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig, BatchObserver
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.embedder import load_embedding_model
-from vigil.engine.loaders.llm import load_language_model
+from vigil.engine.loaders.llm import LanguageModel, load_language_model
+from vigil.platform.control.specs import VersionRef, bundled_version
 from vigil.platform.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -76,11 +79,13 @@ class Observers:
 
 @dataclass(frozen=True, slots=True)
 class EngineSlot:
-    """One generation engine to run: a deployment's own, or its long-prompt pool's.
-    Slots on the same model share its weights; each has its own KV cache and queue."""
+    """One generation engine to run. Each version in use gets one (its key is the
+    version's key); a version that a deployment's long-prompt pool uses gets a second
+    (`<key>#long`). Slots of one version share its weights; each has its own KV cache
+    and queue."""
 
-    key: str  # what the gateway asks for: the deployment name, or "<name>#long"
-    model: str  # bundled model name
+    key: str
+    version: VersionRef
     max_num_seqs: int | None = None  # None: the engine setting
 
 
@@ -95,45 +100,62 @@ class LocalWorker:
         self.settings = settings
         self.slots = slots
         self._observers = observers
-        names = list(dict.fromkeys([s.model for s in slots] + embed_models))
-        self.sources = [bundled_source(name) for name in names]
+        versions = list(dict.fromkeys(slot.version for slot in slots))
+        self.versions = versions + [bundled_version(name) for name in embed_models]
         self.llms: dict[str, AsyncLLMEngine] = {}  # by slot key
         self.embedders: dict[str, AsyncEmbedder] = {}  # by model name
-        self.states: dict[str, ModelState] = {s.name: ModelState.LOADING for s in self.sources}
+        self.states = {v.key: ModelState.LOADING for v in self.versions}  # by version key
         self.errors: dict[str, str] = {}
+        self._weights: dict[tuple[str, str | None, torch.dtype], LanguageModel] = {}
 
     @property
     def ready(self) -> bool:
         return all(state is ModelState.READY for state in self.states.values())
 
-    def source(self, model: str) -> ModelSource | None:
-        return next((s for s in self.sources if s.name == model), None)
+    def embed_version(self, model: str) -> VersionRef | None:
+        return next(
+            (v for v in self.versions if v.kind is ModelKind.EMBED and v.model == model), None
+        )
 
     async def load_all(self, on_change: StateListener | None = None) -> None:
         device = resolve_device(self.settings.device)
-        dtype = resolve_dtype(self.settings.dtype, device)
-        for source in self.sources:
-            if on_change:
-                await on_change(ModelStateChange(source, ModelState.LOADING))
+        for version in self.versions:
+            key = version.key
+            dtype = resolve_dtype(version.param("dtype", self.settings.dtype), device)
             t0 = time.monotonic()
-            log.info("loading %s (%s) from %s", source.name, source.format, source.path)
+            log.info("loading %s from %s", version.key, version.artifact)
             try:
-                await asyncio.to_thread(self._load, source, device, dtype)
-            except Exception as exc:
-                log.exception("loading %s failed", source.name)
-                self.states[source.name] = ModelState.FAILED
-                self.errors[source.name] = str(exc)
+                source = resolve_artifact(
+                    version.model, version.version, version.artifact, version.kind, version.format
+                )
                 if on_change:
-                    await on_change(ModelStateChange(source, ModelState.FAILED, str(exc)))
+                    await on_change(ModelStateChange(source, ModelState.LOADING))
+                await asyncio.to_thread(self._load, version, source, device, dtype)
+            except Exception as exc:
+                log.exception("loading %s failed", version.key)
+                self.states[key] = ModelState.FAILED
+                self.errors[key] = str(exc)
+                if on_change:
+                    failed = ModelSource(
+                        version.model,
+                        version.kind,
+                        version.format,
+                        Path(version.artifact),
+                        version.version,
+                    )
+                    await on_change(ModelStateChange(failed, ModelState.FAILED, str(exc)))
                 continue
-            self.states[source.name] = ModelState.READY
+            self.states[key] = ModelState.READY
             log.info(
-                "%s ready on %s (%s) in %.1f s", source.name, device, dtype, time.monotonic() - t0
+                "%s ready on %s (%s) in %.1f s", version.key, device, dtype, time.monotonic() - t0
             )
             if on_change:
                 await on_change(ModelStateChange(source, ModelState.READY))
 
-    def _load(self, source: ModelSource, device: torch.device, dtype: torch.dtype) -> None:
+    def _load(
+        self, version: VersionRef, source: ModelSource, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        verify_checksum(source, version.checksum)
         s = self.settings
         if source.kind is ModelKind.EMBED:
             model = load_embedding_model(source, device, dtype)
@@ -144,8 +166,12 @@ class LocalWorker:
             self._start_soon(embedder.start)
             self.embedders[source.name] = embedder
             return
-        lm = load_language_model(source, device, dtype)
-        for slot in (slot for slot in self.slots if slot.model == source.name):
+        # Versions of one artifact (differing in sampling defaults) share its weights.
+        weights_key = (version.artifact, version.checksum, dtype)
+        lm = self._weights.get(weights_key)
+        if lm is None:
+            lm = self._weights[weights_key] = load_language_model(source, device, dtype)
+        for slot in (slot for slot in self.slots if slot.version == version):
             config = EngineConfig(
                 block_size=s.block_size,
                 kv_cache_memory_bytes=kv_cache_budget(s, device),

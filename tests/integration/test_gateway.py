@@ -18,7 +18,24 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+# Versions of the bundled model that differ only in name share its weights but get an
+# engine (and a queue) each, so one deployment's load never reaches another's.
 CONFIG = """
+[[versions]]
+model = "smollm2-135m-instruct"
+version = "lite"
+artifact = "bundled:smollm2-135m-instruct"
+
+[[versions]]
+model = "smollm2-135m-instruct"
+version = "strict"
+artifact = "bundled:smollm2-135m-instruct"
+
+[[versions]]
+model = "smollm2-135m-instruct"
+version = "timeout"
+artifact = "bundled:smollm2-135m-instruct"
+
 [[deployments]]
 name = "chat"
 model = "smollm2-135m-instruct"
@@ -32,6 +49,7 @@ long_prompt_pool = { min_prompt_tokens = 300, max_queue = 2, max_num_seqs = 1 }
 [[deployments]]
 name = "chat-lite"
 model = "smollm2-135m-instruct"
+version = "lite"
 max_prompt_tokens = 64
 max_tokens = 16
 slo = { ttft_p99_s = 60, min_tokens_per_s = 0.1 }
@@ -39,11 +57,13 @@ slo = { ttft_p99_s = 60, min_tokens_per_s = 0.1 }
 [[deployments]]
 name = "chat-strict"
 model = "smollm2-135m-instruct"
+version = "strict"
 slo = { ttft_p99_s = 0.001, min_tokens_per_s = 0.1 }
 
 [[deployments]]
 name = "chat-timeout"
 model = "smollm2-135m-instruct"
+version = "timeout"
 interactive = { max_queue = 8, max_queue_wait_s = 0.3 }
 slo = { ttft_p99_s = 60, min_tokens_per_s = 0.1 }
 """
@@ -207,7 +227,9 @@ def test_long_prompts_use_their_own_pool_and_do_not_hold_up_short_ones(gateway) 
     assert r.status_code == 200 and time.monotonic() - t0 < 10
     assert "x-vigil-fallback-from" not in r.headers  # the main queue was empty
     running = httpx.get(f"{gateway['url']}/metrics").text
-    assert 'vigil_requests_running{deployment="chat#long"} 1.0' in running
+    assert re.search(
+        r'vigil_requests_running\{version="smollm2-135m-instruct@[^"]+#long"\} 1\.0', running
+    )
     long.join()
     assert long.status == 200
 

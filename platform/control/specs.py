@@ -1,0 +1,110 @@
+"""The serving view of the control plane, as plain frozen records.
+
+A model version names an artifact (weights) and its parameters; a deployment is the name
+clients send as `model`: a stable version, optionally a canary version with a share of
+the traffic, and the limits that protect it (caps, queues, SLO targets, fallback,
+long-prompt pool). The gateway routes and admits from these records; the worker loads
+the versions they name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from vigil.engine.artifacts import BUNDLED_PREFIX
+from vigil.engine.bundled import ModelFormat, ModelKind, bundled_source
+from vigil.engine.request import Priority
+
+
+class FallbackTrigger(StrEnum):
+    QUEUE_WAIT = "queue_wait"  # the oldest queued interactive request has waited this long
+    PREDICTED_TTFT = "predicted_ttft"  # a new interactive request would wait this long
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRef:
+    model: str
+    version: str
+    kind: ModelKind
+    format: ModelFormat
+    artifact: str  # "bundled:<name>", a GGUF file, or a Hugging Face folder
+    checksum: str | None = None  # SHA-256 (engine/artifacts.py), verified at load
+    # Load options (dtype) and sampling defaults (temperature, top_p, top_k) of this
+    # version, as sorted (name, value) pairs so the record stays hashable.
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """What engines and metrics call this version: `model@version`."""
+        return f"{self.model}@{self.version}"
+
+    def param(self, name: str, default: Any = None) -> Any:
+        return dict(self.params).get(name, default)
+
+
+def bundled_version(name: str) -> VersionRef:
+    """The version a bundled model is registered as: its package's version."""
+    source = bundled_source(name)
+    return VersionRef(name, source.version, source.kind, source.format, BUNDLED_PREFIX + name)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassLimits:
+    """Per priority class: how many may queue (admitted, not started) and for how long."""
+
+    max_queue: int
+    max_queue_wait_s: float
+
+
+def default_limits() -> dict[Priority, ClassLimits]:
+    return {
+        Priority.INTERACTIVE: ClassLimits(max_queue=64, max_queue_wait_s=30.0),
+        Priority.BATCH: ClassLimits(max_queue=256, max_queue_wait_s=120.0),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SLOTargets:
+    # Defaults that a CPU serving a small model meets at moderate load; set real
+    # targets per deployment.
+    ttft_p99_s: float = 5.0  # interactive time to first token
+    min_tokens_per_s: float = 2.0  # per stream, after the first token
+    # Batch requests are shed once the predicted interactive TTFT passes this share of
+    # the target, so the rest of the headroom stays with interactive traffic.
+    batch_shed_fraction: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackSpec:
+    deployment: str
+    trigger: FallbackTrigger
+    threshold_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LongPromptPool:
+    """Prompts of at least min_prompt_tokens run on their own engine and queue."""
+
+    min_prompt_tokens: int
+    max_queue: int = 16
+    max_num_seqs: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSpec:
+    name: str
+    stable: VersionRef
+    canary: VersionRef | None = None
+    canary_weight: int = 0  # percent of requests that go to the canary, 0-100
+    max_prompt_tokens: int | None = None  # None: the model's context window
+    max_tokens: int | None = None  # None: what the context window leaves
+    limits: dict[Priority, ClassLimits] = field(default_factory=default_limits)
+    slo: SLOTargets = field(default_factory=SLOTargets)
+    fallback: FallbackSpec | None = None
+    long_prompt_pool: LongPromptPool | None = None
+
+    @property
+    def versions(self) -> list[VersionRef]:
+        return [self.stable] if self.canary is None else [self.stable, self.canary]
