@@ -18,13 +18,13 @@ from litestar.template import TemplateConfig
 
 import vigil.web
 from vigil.platform.api.health import healthz, metrics, readyz
+from vigil.platform.api.internal import WorkerController
 from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
-from vigil.platform.control.model_versions import ModelVersionService, VersionStatus
 from vigil.platform.errors import EXCEPTION_HANDLERS
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.services import Services, live_gauges
-from vigil.platform.worker.local import ModelState, ModelStateChange
+from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.console import ConsoleController
 
 log = logging.getLogger(__name__)
@@ -38,31 +38,6 @@ async def _sample_live(services: Services) -> None:
         await asyncio.sleep(LIVE_SAMPLE_INTERVAL_S)
 
 
-def _version_recorder(versions: ModelVersionService):  # type: ignore[no-untyped-def]
-    status = {
-        ModelState.LOADING: VersionStatus.LOADING,
-        ModelState.READY: VersionStatus.READY,
-        ModelState.FAILED: VersionStatus.FAILED,
-    }
-
-    async def record(change: ModelStateChange) -> None:
-        s = change.source
-        try:
-            await versions.record(
-                model=s.name,
-                version=s.version,
-                kind=s.kind.value,
-                format=s.format.value,
-                source=str(s.path),
-                status=status[change.state],
-                error=change.error,
-            )
-        except Exception:  # the model still serves when the database is unreachable
-            log.exception("could not record the state of %s", s.name)
-
-    return record
-
-
 def _principal(services: Services):  # type: ignore[no-untyped-def]
     async def principal(request: Request[Any, Any, Any]) -> Principal:
         headers = request.headers
@@ -73,18 +48,24 @@ def _principal(services: Services):  # type: ignore[no-untyped-def]
     return principal
 
 
-def create_app(services: Services) -> Litestar:
+def create_app(services: Services, local_workers: LocalWorkers | None = None) -> Litestar:
+    """The gateway: API, console and the workers' meeting point. `local_workers`, when
+    given, are started with it and stopped with it."""
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        loading = await services.worker.start(_version_recorder(services.versions))
+        services.models.set_deployments(list(services.models.deployments.values()))
         sampler = asyncio.create_task(_sample_live(services), name="live-sampler")
+        if local_workers is not None:
+            local_workers.start()
         try:
             yield
         finally:
-            for task in (loading, sampler):
-                task.cancel()
-            await asyncio.gather(loading, sampler, return_exceptions=True)
-            services.worker.stop()
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+            if local_workers is not None:
+                await local_workers.stop()
+            await services.http.aclose()
             await services.db.dispose()
 
     web_dir = Path(vigil.web.__file__).parent
@@ -92,6 +73,7 @@ def create_app(services: Services) -> Litestar:
         route_handlers=[
             OpenAIController,
             ConsoleController,
+            WorkerController,
             healthz,
             readyz,
             metrics,
@@ -105,7 +87,7 @@ def create_app(services: Services) -> Litestar:
             "principal": Provide(_principal(services)),
             "generation": Provide(lambda: services.generation, sync_to_thread=False),
             "embedding": Provide(lambda: services.embedding, sync_to_thread=False),
-            "worker": Provide(lambda: services.worker, sync_to_thread=False),
+            "models": Provide(lambda: services.models, sync_to_thread=False),
             "registry": Provide(lambda: services.registry, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,

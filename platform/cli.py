@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import secrets
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -67,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the API, the console and a worker in one process")
+    serve = sub.add_parser(
+        "serve", help="run the gateway (API, console, control plane) and local workers"
+    )
     serve.add_argument("--host", help="address to listen on (127.0.0.1)  [VIGIL_HOST]")
     serve.add_argument("--port", type=int, help="port to listen on (8000)  [VIGIL_PORT]")
     serve.add_argument(
@@ -100,7 +103,27 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds between SSE keep-alive comments while a stream waits (15)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes to start on this machine (1); 0 waits for remote `vigil "
+        "worker`s, which need the same VIGIL_WORKER_TOKEN  [VIGIL_WORKERS]",
+    )
     _add_engine_flags(serve)
+
+    worker = sub.add_parser(
+        "worker", help="run engines for a gateway (its token in VIGIL_WORKER_TOKEN)"
+    )
+    worker.add_argument("--gateway", help="the gateway's base URL  [VIGIL_GATEWAY]")
+    worker.add_argument("--host", help="address to listen on (127.0.0.1)")
+    worker.add_argument("--port", type=int, help="port to listen on (any free one)")
+    worker.add_argument("--advertise-host", help="host the gateway should call, if not --host")
+    worker.add_argument("--worker-id", help="a stable name (host-pid)  [VIGIL_WORKER_ID]")
+    worker.add_argument(
+        "--exit-with-parent", action="store_true", help="stop when the parent process ends"
+    )
+    worker.add_argument("--log-level", help="debug, info (default), warning")
+    _add_engine_flags(worker)
 
     mig = sub.add_parser("migrate", help="move the database schema to a revision (head)")
     mig.add_argument("--database-url", help="SQLAlchemy URL  [VIGIL_DATABASE_URL]")
@@ -125,6 +148,24 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (create, keys_list, revoke):
         p.add_argument("--database-url", help="SQLAlchemy URL  [VIGIL_DATABASE_URL]")
         p.add_argument("--data-dir", help="data dir of the default SQLite database")
+
+    admin = sub.add_parser("admin", help="manage the users of the console and the admin API")
+    admin_sub = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
+    user = admin_sub.add_parser("create", help="create a user (the first admin, typically)")
+    user.add_argument("--username", required=True, help="the name to sign in with")
+    user.add_argument(
+        "--role",
+        choices=["admin", "operator", "viewer"],
+        default="admin",
+        help="admin (default): everything; operator: deploy and tune; viewer: read",
+    )
+    user.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from the first line of standard input instead of a prompt",
+    )
+    user.add_argument("--database-url", help="SQLAlchemy URL  [VIGIL_DATABASE_URL]")
+    user.add_argument("--data-dir", help="data dir of the default SQLite database")
     return parser
 
 
@@ -137,6 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _migrate(args)
         if args.command == "keys":
             return _keys(args)
+        if args.command == "admin":
+            return _admin(args)
+        if args.command == "worker":
+            return _worker(args)
     except SettingsError as exc:
         print(f"vigil: {exc}", file=sys.stderr)
         return 2
@@ -187,7 +232,7 @@ async def _run_keys_command(url: str, args: argparse.Namespace) -> int:
         if args.keys_command == "create":
             models = args.models.split(",") if args.models is not None else None
             record, plaintext = await service.create(
-                args.name, PRIORITY_NAMES[args.priority], models, args.rate_limit
+                args.name, PRIORITY_NAMES[args.priority], models, args.rate_limit, actor="cli"
             )
             print(plaintext)
             print(
@@ -198,12 +243,57 @@ async def _run_keys_command(url: str, args: argparse.Namespace) -> int:
         elif args.keys_command == "list":
             print(_key_table(await service.list()))
         elif args.keys_command == "revoke":
-            record = await service.revoke(args.name)
+            record = await service.revoke(args.name, actor="cli")
             print(f"revoked API key {record.name!r} ({record.key_prefix}...)")
         else:
             raise AssertionError(f"unhandled keys command {args.keys_command}")
     finally:
         await engine.dispose()
+    return 0
+
+
+def _admin(args: argparse.Namespace) -> int:
+    from vigil.platform.control.migrate import migrate
+    from vigil.platform.errors import APIError
+
+    try:
+        password = _read_password(args.password_stdin)
+    except ValueError as exc:
+        print(f"vigil: {exc}", file=sys.stderr)
+        return 2
+    url = database_url(args.database_url, args.data_dir)
+    _make_sqlite_dir(url)
+    migrate(url)
+    try:
+        return asyncio.run(_create_user(url, args.username, password, args.role))
+    except APIError as exc:
+        print(f"vigil: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _read_password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    import getpass
+
+    password = getpass.getpass("Password: ")
+    if getpass.getpass("Password again: ") != password:
+        raise ValueError("the two passwords differ; nothing was created")
+    return password
+
+
+async def _create_user(url: str, username: str, password: str, role: str) -> int:
+    from vigil.platform.control.audit import nothing_changed
+    from vigil.platform.control.db import create_engine, session_factory
+    from vigil.platform.control.users import Role, UserService
+
+    engine = create_engine(url)
+    try:
+        users = UserService(session_factory(engine), nothing_changed)
+        user = await users.create(username, password, Role(role), actor="cli")
+    finally:
+        await engine.dispose()
+    print(f"created {user.role} {user.username!r}; sign in to the console or the admin API")
     return 0
 
 
@@ -247,16 +337,27 @@ def _serve(args: argparse.Namespace) -> int:
     from vigil.platform.app import create_app
     from vigil.platform.control.migrate import migrate
     from vigil.platform.services import build_services
-    from vigil.platform.worker.local import configure_torch
+    from vigil.platform.settings import engine_env
+    from vigil.platform.worker.supervisor import LocalWorkers
 
     settings = serve_settings(vars(args))
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _quiet_logs()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate(settings.resolved_database_url)
-    configure_torch(settings.engine)
-    app = create_app(build_services(settings))
+    token = settings.worker_token or secrets.token_urlsafe(32)
+    local = None
+    if settings.workers:
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+        env = {
+            **engine_env(settings.engine),
+            "VIGIL_WORKER_TOKEN": token,
+            "VIGIL_LOG_LEVEL": settings.log_level,
+        }
+        local = LocalWorkers(settings.workers, f"http://{host}:{settings.port}", env)
+    app = create_app(build_services(settings, token), local)
     if settings.auth == "open":
         log.warning(
             "auth is open: /v1 takes requests without an API key. That is allowed on a "
@@ -275,6 +376,32 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
     )
     uvicorn.Server(config).run()
+    return 0
+
+
+class _QuietHeartbeats(logging.Filter):
+    """Drop access-log lines of worker heartbeats: one a second per worker is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "/internal/workers/" not in record.getMessage()
+
+
+def _quiet_logs() -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.access").addFilter(_QuietHeartbeats())
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from vigil.platform.settings import worker_settings
+    from vigil.platform.worker.server import run_worker
+
+    settings = worker_settings(vars(args))
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s worker {settings.worker_id} %(name)s: %(message)s",
+    )
+    _quiet_logs()
+    run_worker(settings)
     return 0
 
 

@@ -59,6 +59,21 @@ class ModelNotFound(APIError):
         )
 
 
+class NotFound(APIError):
+    """The resource named in the path does not exist."""
+
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class Conflict(APIError):
+    """The request is valid but clashes with the current state: a name that is taken, or
+    a write based on a stale revision. The message says what the state is now."""
+
+    status_code = 409
+    error_type = "conflict_error"
+
+
 class ServiceUnavailable(APIError):
     status_code = 503
     error_type = "service_unavailable_error"
@@ -124,6 +139,7 @@ _HTTP_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    409: "conflict_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     429: "rate_limit_error",

@@ -1,48 +1,52 @@
-"""The long-lived parts of a running server, built once from the settings."""
+"""The long-lived parts of a running gateway, built once from the settings."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
+import httpx
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.bundled import ModelKind, bundled_source
 from vigil.engine.request import Priority
-from vigil.engine.stats import StepStats
 from vigil.platform.control.api_keys import ApiKeyService
 from vigil.platform.control.config_file import load_deployments
 from vigil.platform.control.db import create_engine, session_factory
-from vigil.platform.control.model_versions import ModelVersionService
+from vigil.platform.control.model_versions import ModelVersionService, VersionStatus
 from vigil.platform.control.specs import (
     ClassLimits,
     DeploymentSpec,
+    VersionRef,
     bundled_version,
     default_limits,
 )
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
-from vigil.platform.gateway.load import LoadTracker
-from vigil.platform.gateway.models import ModelDirectory, engine_slots
+from vigil.platform.gateway.models import ModelDirectory
+from vigil.platform.gateway.tokenizers import TokenizerCache
+from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.settings import ServeSettings
 from vigil.platform.telemetry.live import Gauges, LiveSeries
-from vigil.platform.telemetry.metrics import (
-    EngineStatsCollector,
-    Metrics,
-    batch_observer,
-    step_observer,
-)
+from vigil.platform.telemetry.metrics import EngineStatsCollector, Metrics
 from vigil.platform.telemetry.recorder import RequestRecorder
-from vigil.platform.worker.local import LocalWorker, Observers
+
+log = logging.getLogger(__name__)
+
+_STATUS = {
+    "loading": VersionStatus.LOADING,
+    "ready": VersionStatus.READY,
+    "failed": VersionStatus.FAILED,
+}
 
 
 @dataclass(slots=True)
 class Services:
     settings: ServeSettings
-    worker: LocalWorker
     registry: CollectorRegistry
+    workers: WorkerRegistry
     live: LiveSeries
     models: ModelDirectory
     generation: GenerationService
@@ -50,14 +54,40 @@ class Services:
     db: AsyncEngine
     versions: ModelVersionService
     auth: Authenticator
+    http: httpx.AsyncClient
+    worker_token: str
+    _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
+
+    async def on_workers_changed(self) -> None:
+        """Record version states that changed (ready on some worker, failed on all)."""
+        for version in self.models.versions_in_use():
+            state = self.models.version_states().get(version.key, "loading")
+            if self._recorded.get(version.key) != state:
+                self._recorded[version.key] = state
+                await self._record(version, state)
+
+    async def _record(self, version: VersionRef, state: str) -> None:
+        errors = [r.error for r in self.workers.slot_states(version.key) if r.error]
+        try:
+            await self.versions.record(
+                model=version.model,
+                version=version.version,
+                kind=version.kind.value,
+                format=version.format.value,
+                source=version.artifact,
+                status=_STATUS[state],
+                error=errors[0] if errors else None,
+            )
+        except Exception:  # serving goes on when the database is unreachable
+            log.exception("could not record the state of %s", version.key)
 
 
-def deployment_specs(settings: ServeSettings) -> tuple[list[DeploymentSpec], list[str]]:
+def deployment_specs(settings: ServeSettings) -> tuple[list[DeploymentSpec], list[VersionRef]]:
     """The deployments to serve (from the config file, or one per bundled generation
-    model at its bundled version) and the embedding models."""
+    model at its bundled version) and the embedding model versions."""
     sources = {name: bundled_source(name) for name in settings.models}
     generate = [n for n, s in sources.items() if s.kind is ModelKind.GENERATE]
-    embed = [n for n, s in sources.items() if s.kind is ModelKind.EMBED]
+    embed = [bundled_version(n) for n, s in sources.items() if s.kind is ModelKind.EMBED]
     if settings.config_path is not None:
         return load_deployments(settings.config_path, set(generate)), embed
     wait_s = settings.engine.max_queue_wait_s
@@ -70,26 +100,16 @@ def deployment_specs(settings: ServeSettings) -> tuple[list[DeploymentSpec], lis
     return specs, embed
 
 
-def build_services(settings: ServeSettings) -> Services:
+def build_services(settings: ServeSettings, worker_token: str) -> Services:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    deployments, embed_models = deployment_specs(settings)
-    loads: dict[str, LoadTracker] = {}
-
-    def on_step(key: str) -> Callable[[StepStats], None]:
-        record = step_observer(metrics, key)
-        load = loads[key]
-
-        def observe(step: StepStats) -> None:
-            record(step)
-            load.observe_step(step)
-
-        return observe
-
-    observers = Observers(step=on_step, batch=lambda name: batch_observer(metrics, name))
-    worker = LocalWorker(engine_slots(deployments), embed_models, settings.engine, observers)
-    models = ModelDirectory(worker, deployments)
-    loads.update(models.loads)
+    deployments, embed = deployment_specs(settings)
+    workers = WorkerRegistry()
+    http = httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    )
+    models = ModelDirectory(workers, TokenizerCache(), http, worker_token, embed)
+    models.deployments = {d.name: d for d in deployments}  # tokenizers start in lifespan
     live = LiveSeries()
     registry.register(EngineStatsCollector(models.snapshots))
     recorder = RequestRecorder(metrics, live)
@@ -97,8 +117,8 @@ def build_services(settings: ServeSettings) -> Services:
     sessions = session_factory(db)
     return Services(
         settings=settings,
-        worker=worker,
         registry=registry,
+        workers=workers,
         live=live,
         models=models,
         generation=GenerationService(models, recorder),
@@ -106,6 +126,8 @@ def build_services(settings: ServeSettings) -> Services:
         db=db,
         versions=ModelVersionService(sessions),
         auth=Authenticator(ApiKeyService(sessions), AuthMode(settings.auth)),
+        http=http,
+        worker_token=worker_token,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,8 @@ class ServeSettings:
     config_path: Path | None = None  # deployments file (TOML); None: one per bundled model
     auth: str = ""  # "open" | "keys"; "" means open on a loopback host, keys otherwise
     sse_keepalive_s: float = 15.0
+    workers: int = 1  # local worker processes to start (0: only remote ones register)
+    worker_token: str | None = None  # shared with workers; None: a new one per start
 
     @property
     def resolved_database_url(self) -> str:
@@ -201,7 +204,73 @@ def serve_settings(
             "SSE keep-alive",
             d.sse_keepalive_s,
         ),
+        workers=_int(_pick(flags.get("workers"), env, "WORKERS"), "workers", d.workers, minimum=0),
+        worker_token=_env(env, "WORKER_TOKEN"),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    gateway_url: str
+    token: str
+    worker_id: str
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port
+    advertise_host: str | None = None  # what the gateway should call, when not `host`
+    exit_with_parent: bool = False
+    log_level: str = "info"
+    engine: EngineSettings = field(default_factory=EngineSettings)
+
+
+def worker_settings(
+    flags: Mapping[str, object], env: Mapping[str, str] | None = None
+) -> WorkerSettings:
+    env = os.environ if env is None else env
+    gateway = _pick(flags.get("gateway"), env, "GATEWAY")
+    token = _pick(flags.get("token"), env, "WORKER_TOKEN")
+    if not gateway:
+        raise SettingsError("a worker needs --gateway URL (or VIGIL_GATEWAY)")
+    if not token:
+        raise SettingsError("a worker needs the gateway's worker token: VIGIL_WORKER_TOKEN")
+    return WorkerSettings(
+        gateway_url=gateway,
+        token=token,
+        worker_id=_pick(flags.get("worker_id"), env, "WORKER_ID")
+        or f"{socket.gethostname()}-{os.getpid()}",
+        host=str(flags.get("host") or "127.0.0.1"),
+        port=_int(
+            str(flags["port"]) if flags.get("port") is not None else None, "port", 0, minimum=0
+        ),
+        advertise_host=_pick(flags.get("advertise_host"), env, "ADVERTISE_HOST"),
+        exit_with_parent=bool(flags.get("exit_with_parent")),
+        log_level=(_pick(flags.get("log_level"), env, "LOG_LEVEL") or "info").lower(),
+        engine=engine_settings(flags, env),
+    )
+
+
+def engine_env(settings: EngineSettings) -> dict[str, str]:
+    """The VIGIL_* variables that give a child process these engine settings."""
+    env = {
+        "VIGIL_DEVICE": settings.device,
+        "VIGIL_DTYPE": settings.dtype,
+        "VIGIL_BLOCK_SIZE": str(settings.block_size),
+        "VIGIL_MAX_NUM_SEQS": str(settings.max_num_seqs),
+        "VIGIL_MAX_NUM_BATCHED_TOKENS": str(settings.max_num_batched_tokens),
+        "VIGIL_EMBED_MAX_BATCH_SIZE": str(settings.embed_max_batch_size),
+        "VIGIL_EMBED_MAX_WAIT_MS": str(settings.embed_max_wait_ms),
+        "VIGIL_MAX_QUEUE_WAIT": str(settings.max_queue_wait_s),
+        "VIGIL_BATCH_AGING": str(settings.batch_aging_s),
+        "VIGIL_NO_PREFIX_CACHE": "" if settings.enable_prefix_caching else "1",
+    }
+    if settings.torch_threads is not None:
+        env["VIGIL_TORCH_THREADS"] = str(settings.torch_threads)
+    if settings.max_model_len is not None:
+        env["VIGIL_MAX_MODEL_LEN"] = str(settings.max_model_len)
+    if settings.kv_cache_memory_bytes is not None:
+        env["VIGIL_KV_CACHE_MEMORY"] = str(settings.kv_cache_memory_bytes)
+    elif settings.kv_cache_memory_fraction is not None:
+        env["VIGIL_KV_CACHE_MEMORY"] = str(settings.kv_cache_memory_fraction)
+    return env
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -26,8 +26,8 @@ def _stats_context(services: Services) -> dict[str, Any]:
     return {
         "point": point,
         "models": [
-            {"name": name, "state": state.value, "error": services.worker.errors.get(name)}
-            for name, state in services.worker.states.items()
+            {"name": key, "state": state, "error": services.models.version_error(key)}
+            for key, state in services.models.version_states().items()
         ],
     }
 

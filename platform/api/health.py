@@ -9,7 +9,7 @@ from litestar.openapi import ResponseSpec
 from msgspec import Struct
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from vigil.platform.worker.local import LocalWorker
+from vigil.platform.gateway.models import ModelDirectory
 
 
 class Liveness(Struct):
@@ -39,11 +39,14 @@ async def healthz() -> Liveness:
         )
     },
 )
-async def readyz(worker: LocalWorker) -> Response[Readiness]:
-    versions = {key: state.value for key, state in worker.states.items()}
-    if worker.ready:
+async def readyz(models: ModelDirectory) -> Response[Readiness]:
+    versions = models.version_states()
+    if versions and all(state == "ready" for state in versions.values()):
         return Response(Readiness("ready", versions))
-    return Response(Readiness("loading", versions, dict(worker.errors)), status_code=503)
+    errors = {
+        key: error for key in versions for error in [models.version_error(key)] if error is not None
+    }
+    return Response(Readiness("loading", versions, errors or None), status_code=503)
 
 
 @get("/metrics", tags=["Operations"], summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)

@@ -12,12 +12,14 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from vigil.engine.request import Priority
+from vigil.platform.control.audit import AuditRepository
 from vigil.platform.control.tables import ApiKey, utcnow
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,14 @@ PRIORITY_NAMES: dict[str, Priority] = {p.name.lower(): p for p in Priority}
 
 class ApiKeyError(ValueError):
     """An operator's request about keys cannot be done; the message says why."""
+
+
+class ApiKeyNotFound(ApiKeyError):
+    pass
+
+
+class ApiKeyConflict(ApiKeyError):
+    """The name is taken, or the key is already revoked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +99,11 @@ class ApiKeyService:
         priority: Priority = Priority.INTERACTIVE,
         models: Sequence[str] | None = None,
         rate_limit_per_minute: int | None = None,
+        *,
+        actor: str = "cli",
     ) -> tuple[ApiKeyRecord, str]:
-        """A new key: its record and its plaintext, which is not kept anywhere."""
+        """A new key: its record and its plaintext, which is not kept anywhere. Audited
+        as done by `actor`."""
         name = _check_name(name)
         models_text = _join_models(models)
         if rate_limit_per_minute is not None and rate_limit_per_minute < 1:
@@ -115,6 +128,9 @@ class ApiKeyService:
                 repo.add(row)
                 await session.flush()  # assigns the id and created_at
                 record = _record(row)
+                AuditRepository(session).add(
+                    actor, "key.create", "key", name, None, _snapshot(record)
+                )
         except IntegrityError:  # another process took the name in between
             raise _duplicate(name) from None
         log.info("created API key %r (%s)", name, record.key_prefix)
@@ -124,17 +140,21 @@ class ApiKeyService:
         async with self._sessions() as session:
             return [_record(row) for row in await ApiKeyRepository(session).list()]
 
-    async def revoke(self, name: str) -> ApiKeyRecord:
+    async def revoke(self, name: str, *, actor: str = "cli") -> ApiKeyRecord:
         async with self._sessions.begin() as session:
             row = await ApiKeyRepository(session).by_name(name)
             if row is None:
-                raise ApiKeyError(f"no API key is named {name!r}; `vigil keys list` shows them")
+                raise ApiKeyNotFound(f"no API key is named {name!r}; `vigil keys list` shows them")
             if row.revoked_at is not None:
-                raise ApiKeyError(
+                raise ApiKeyConflict(
                     f"the API key {name!r} was already revoked at {_aware(row.revoked_at)}"
                 )
+            before = _snapshot(_record(row))
             row.revoked_at = utcnow()
             record = _record(row)
+            AuditRepository(session).add(
+                actor, "key.revoke", "key", name, before, _snapshot(record)
+            )
         log.info("revoked API key %r (%s)", name, record.key_prefix)
         return record
 
@@ -170,7 +190,7 @@ def _join_models(models: Sequence[str] | None) -> str | None:
 
 
 def _duplicate(name: str) -> ApiKeyError:
-    return ApiKeyError(
+    return ApiKeyConflict(
         f"an API key named {name!r} already exists (revoked keys keep their names); "
         "choose another name"
     )
@@ -179,6 +199,17 @@ def _duplicate(name: str) -> ApiKeyError:
 def _aware(ts: datetime) -> datetime:
     # SQLite hands back naive datetimes; every timestamp Vigil writes is UTC.
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def _snapshot(record: ApiKeyRecord) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "key_prefix": record.key_prefix,
+        "priority": record.priority.name.lower(),
+        "models": sorted(record.models) if record.models is not None else None,
+        "rate_limit_per_minute": record.rate_limit_per_minute,
+        "revoked": record.revoked,
+    }
 
 
 def _record(row: ApiKey) -> ApiKeyRecord:

@@ -74,6 +74,9 @@ class SLOTargets:
     # Batch requests are shed once the predicted interactive TTFT passes this share of
     # the target, so the rest of the headroom stays with interactive traffic.
     batch_shed_fraction: float = 0.5
+    # The error budget: the share of requests that must meet the targets over window_s.
+    availability_target: float = 0.999
+    window_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""From an embeddings request to vectors: token caps, batching, usage, metrics."""
+"""From an embeddings request to vectors, computed by a worker: usage and metrics here,
+token caps there (the worker holds the model's tokenizer and its limit)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from vigil.platform.api.openai_schemas import (
     EmbeddingRequest,
     EmbeddingUsage,
 )
-from vigil.platform.errors import InvalidRequest, PermissionDenied
+from vigil.platform.errors import APIError, PermissionDenied
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.models import ModelDirectory
 from vigil.platform.telemetry.recorder import RequestRecorder
@@ -32,29 +33,21 @@ class EmbeddingService:
                 param="model",
                 code="model_not_allowed",
             )
-        model = embedder.model
-        texts = body.texts()
-        counts = [model.count_tokens(t) for t in texts]
-        for i, n in enumerate(counts):
-            if n > model.max_seq_len:
-                where = "input" if isinstance(body.input, str) else f"input[{i}]"
-                raise InvalidRequest(
-                    f"'{where}' has {n} tokens, more than this model's limit of "
-                    f"{model.max_seq_len}. Shorten or split the text.",
-                    param=where,
-                    code="context_length_exceeded",
-                )
-        ok = False
+        single = isinstance(body.input, str)
+        num_tokens, ok = 0, False
         try:
-            vectors = await embedder.embed(texts)
-            ok = True
+            result = await embedder.embed(body.texts())
+            num_tokens, ok = result.num_tokens, True
+        except APIError as exc:
+            if single and exc.param == "input[0]":
+                exc.param = "input"  # the client sent one string, not a list
+                exc.message = exc.message.replace("input[0]", "'input'")
+            raise
         finally:
-            self.recorder.record_embedding(body.model, sum(counts), arrival_ts, ok)
-        total = sum(counts)
-        result = EmbeddingList(
-            data=[Embedding(i, v) for i, v in enumerate(vectors)],
+            self.recorder.record_embedding(body.model, num_tokens, arrival_ts, ok)
+        data = EmbeddingList(
+            data=[Embedding(i, v) for i, v in enumerate(result.vectors)],
             model=body.model,
-            usage=EmbeddingUsage(total, total),
+            usage=EmbeddingUsage(num_tokens, num_tokens),
         )
-        served_by = f"{version.model}/{version.version}"
-        return result, f"embd-{uuid.uuid4().hex}", served_by
+        return data, f"embd-{uuid.uuid4().hex}", f"{version.model}/{version.version}"

@@ -1,20 +1,19 @@
 """From a validated API body to an admitted engine request, and the engine's events back.
 
-body -> deployment (404) -> key may use it (403) -> prompt ids (chat template)
-     -> caps (400 context_length_exceeded, or the long-prompt pool)
-     -> admission: admit | fall back | shed (429 + Retry-After)
-     -> engine request with its queue deadline
+body -> deployment (404) -> key may use it (403) -> version (canary split)
+     -> prompt ids (that version's chat template) -> caps (400 context_length_exceeded,
+     or the long-prompt pool) -> worker (router) -> admission: admit | fall back | shed
+     (429 + Retry-After) -> engine request with its queue deadline
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.llm_engine import RequestRejected
 from vigil.engine.request import (
     EngineEvent,
@@ -23,17 +22,18 @@ from vigil.engine.request import (
     RequestId,
     SamplingParams,
 )
-from vigil.engine.tokenizer import ChatMessage, ChatTemplateError
+from vigil.engine.tokenizer import ChatMessage, ChatTemplateError, Tokenizer
 from vigil.platform.api.openai_schemas import (
     ChatCompletionRequest,
     CompletionRequest,
     SamplingFields,
 )
-from vigil.platform.control.specs import DeploymentSpec
+from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.errors import InvalidRequest, PermissionDenied, RateLimited
 from vigil.platform.gateway.admission import Admission, Verdict, decide
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.models import ModelDirectory, Target
+from vigil.platform.gateway.remote import RemoteEngine
 from vigil.platform.telemetry.recorder import RequestRecorder
 
 
@@ -46,7 +46,7 @@ class PreparedGeneration:
     request: GenerationRequest
 
     @property
-    def engine(self) -> AsyncLLMEngine:
+    def engine(self) -> RemoteEngine:
         return self.target.engine
 
 
@@ -56,6 +56,9 @@ class _Prompt:
     max_tokens: int | None
     id_prefix: str
     param: str  # the request field the prompt came from, for error messages
+
+
+PromptBuilder = Callable[[Tokenizer], _Prompt]
 
 
 class GenerationService:
@@ -68,18 +71,20 @@ class GenerationService:
     ) -> PreparedGeneration:
         spec = self._deployment(body.model, principal)
         _check_supported(body)
-        tokenizer = self.models.target(spec.stable).engine.core.lm.tokenizer
         messages = [
             ChatMessage(m.role if m.role != "developer" else "system", m.text())
             for m in body.messages
         ]
-        try:
-            text = tokenizer.render_chat(messages)
-        except ChatTemplateError as exc:
-            raise InvalidRequest(str(exc), param="messages") from exc
         max_tokens = body.max_completion_tokens or body.max_tokens
-        prompt = _Prompt(tokenizer.encode(text), max_tokens, "chatcmpl", "messages")
-        return self._admit(spec, body, prompt, principal, arrival_ts)
+
+        def build(tokenizer: Tokenizer) -> _Prompt:
+            try:
+                text = tokenizer.render_chat(messages)
+            except ChatTemplateError as exc:
+                raise InvalidRequest(str(exc), param="messages") from exc
+            return _Prompt(tokenizer.encode(text), max_tokens, "chatcmpl", "messages")
+
+        return self._admit(spec, body, build, principal, arrival_ts)
 
     def prepare_completion(
         self, body: CompletionRequest, principal: Principal, arrival_ts: float
@@ -90,11 +95,11 @@ class GenerationService:
             raise InvalidRequest(
                 "echo is not supported; leave it false", param="echo", code="unsupported_parameter"
             )
-        lm = self.models.target(spec.stable).engine.core.lm
-        if isinstance(body.prompt, str):
-            ids = lm.tokenizer.encode(body.prompt)
-        else:
-            vocab = lm.config.vocab_size
+
+        def build(tokenizer: Tokenizer) -> _Prompt:
+            if isinstance(body.prompt, str):
+                return _Prompt(tokenizer.encode(body.prompt), body.max_tokens, "cmpl", "prompt")
+            vocab = tokenizer.vocab_size
             bad = next((t for t in body.prompt if not 0 <= t < vocab), None)
             if bad is not None:
                 raise InvalidRequest(
@@ -102,9 +107,9 @@ class GenerationService:
                     f"(0 to {vocab - 1})",
                     param="prompt",
                 )
-            ids = list(body.prompt)
-        prompt = _Prompt(ids, body.max_tokens, "cmpl", "prompt")
-        return self._admit(spec, body, prompt, principal, arrival_ts)
+            return _Prompt(list(body.prompt), body.max_tokens, "cmpl", "prompt")
+
+        return self._admit(spec, body, build, principal, arrival_ts)
 
     def _deployment(self, name: str, principal: Principal) -> DeploymentSpec:
         spec = self.models.deployment(name)
@@ -120,12 +125,14 @@ class GenerationService:
         self,
         spec: DeploymentSpec,
         body: SamplingFields,
-        prompt: _Prompt,
+        build: PromptBuilder,
         principal: Principal,
         arrival_ts: float,
     ) -> PreparedGeneration:
+        """Route and admit on the deployment; on a fallback verdict, the same again on
+        the fallback deployment (tokenized with its own version), without fallback."""
         priority = principal.priority
-        target, max_tokens = self._route(spec, prompt)
+        prompt, target, max_tokens = self._route(spec, build)
         admission = decide(priority, len(prompt.ids), target.snapshot(), spec)
         fallback_from = None
         if admission.verdict is Verdict.FALLBACK:
@@ -134,7 +141,7 @@ class GenerationService:
             fallback = self.models.deployment(spec.fallback.deployment)
             if self.models.is_ready(fallback):  # a fallback still loading is no help
                 fallback_from, spec = spec.name, fallback
-                target, max_tokens = self._route(spec, prompt)
+                prompt, target, max_tokens = self._route(spec, build)
             admission = decide(
                 priority, len(prompt.ids), target.snapshot(), spec, allow_fallback=False
             )
@@ -147,22 +154,10 @@ class GenerationService:
                 "may generate; lower min_tokens.",
                 param="min_tokens",
             )
-        version = target.version
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            # The version's own sampling defaults apply where the request is silent.
-            temperature=_pick(body.temperature, version.param("temperature"), 1.0),
-            top_k=max(0, _pick(body.top_k, version.param("top_k"), 0)),
-            top_p=_pick(body.top_p, version.param("top_p"), 1.0),
-            seed=body.seed,
-            stop=body.stop_strings(),
-            ignore_eos=body.ignore_eos,
-            min_tokens=body.min_tokens,
-        )
         request = GenerationRequest(
             request_id=RequestId(f"{prompt.id_prefix}-{uuid.uuid4().hex}"),
             prompt_ids=prompt.ids,
-            params=params,
+            params=_sampling(body, target.version, max_tokens),
             priority=priority,
             clock=RequestClock(arrival_ts),
             deadline_ts=arrival_ts + spec.limits[priority].max_queue_wait_s,
@@ -174,19 +169,22 @@ class GenerationService:
                 str(exc), param=prompt.param, code="context_length_exceeded"
             ) from exc
         target.load.enqueue(request.request_id, priority, len(prompt.ids), time.monotonic())
+        self.models.dispatched(target)
         return PreparedGeneration(spec.name, target.served_by, fallback_from, target, request)
 
-    def _route(self, spec: DeploymentSpec, prompt: _Prompt) -> tuple[Target, int]:
-        """The engine for this prompt (the canary for its share; the long-prompt pool when
-        the prompt is long) and the request's max_tokens, after every cap."""
+    def _route(self, spec: DeploymentSpec, build: PromptBuilder) -> tuple[_Prompt, Target, int]:
+        """The version (the canary for its share), the prompt in its tokens, the engine
+        (the long-prompt pool when the prompt is long; the worker the router picks) and
+        the request's max_tokens, after every cap."""
+        version = self.models.choose_version(spec)
+        prompt = build(self.models.tokenizer(version))
         n = len(prompt.ids)
         if not n:
             raise InvalidRequest("the prompt is empty", param=prompt.param)
         pool = spec.long_prompt_pool
         long_pool = pool is not None and n >= pool.min_prompt_tokens
-        target = self.models.target(self.models.choose_version(spec), long_pool)
-        core = target.engine.core
-        context = min(core.max_model_len, core.kv_capacity_tokens)
+        target = self.models.target(version, long_pool, prompt.ids)
+        context = target.engine.limits.context
         prompt_cap = context - 1
         if spec.max_prompt_tokens is not None and not long_pool:
             prompt_cap = min(prompt_cap, spec.max_prompt_tokens)
@@ -216,7 +214,7 @@ class GenerationService:
                 param="max_tokens",
                 code="context_length_exceeded",
             )
-        return target, prompt.max_tokens if prompt.max_tokens is not None else cap
+        return prompt, target, prompt.max_tokens if prompt.max_tokens is not None else cap
 
     async def events(self, prepared: PreparedGeneration) -> AsyncIterator[EngineEvent]:
         """The engine's events for one request, each also recorded as metrics."""
@@ -234,6 +232,7 @@ class GenerationService:
         finally:
             if not started:
                 load.started(request.request_id, time.monotonic())
+            self.models.ended(prepared.target)
             tracker.close()
 
 
@@ -250,6 +249,20 @@ def _shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
         f"The deployment '{spec.name}' is overloaded: {why}. Retry in {retry} s.",
         code=f"overloaded_{admission.reason.value}",
         headers={"Retry-After": str(retry)},
+    )
+
+
+def _sampling(body: SamplingFields, version: VersionRef, max_tokens: int) -> SamplingParams:
+    """The request's sampling, with the version's own defaults where the request is silent."""
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=_pick(body.temperature, version.param("temperature"), 1.0),
+        top_k=max(0, _pick(body.top_k, version.param("top_k"), 0)),
+        top_p=_pick(body.top_p, version.param("top_p"), 1.0),
+        seed=body.seed,
+        stop=body.stop_strings(),
+        ignore_eos=body.ignore_eos,
+        min_tokens=body.min_tokens,
     )
 
 

@@ -1,57 +1,82 @@
-"""The names the gateway serves (deployments and embedding models), which version and
-engine take each request, and the errors for names it cannot serve."""
+"""The names the gateway serves (deployments and embedding models), which version,
+worker and engine take each request, and the errors for names it cannot serve.
+
+Rollout: a deployment's traffic moves to a new stable version only once some worker
+has it ready; until then the version it replaced keeps serving (and stays assigned to
+the workers). A canary gets its share only while it is ready somewhere.
+"""
 
 from __future__ import annotations
 
+import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from vigil.engine.async_engine import AsyncLLMEngine
+import httpx
+
 from vigil.engine.bundled import ModelKind
-from vigil.engine.embed_batcher import AsyncEmbedder
+from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
 from vigil.platform.gateway.admission import LoadSnapshot
 from vigil.platform.gateway.load import LoadTracker
+from vigil.platform.gateway.remote import EngineLimits, RemoteEmbedder, RemoteEngine
+from vigil.platform.gateway.router import choose_replica, prefix_key
+from vigil.platform.gateway.tokenizers import TokenizerCache
+from vigil.platform.gateway.workers import Replica, WorkerRegistry
 from vigil.platform.telemetry.metrics import EngineSnapshot
-from vigil.platform.worker.local import EngineSlot, LocalWorker, ModelState
+from vigil.platform.worker.protocol import SlotSpec, VersionWire
 
 LONG_POOL_SUFFIX = "#long"
 
 
-def engine_slots(deployments: list[DeploymentSpec]) -> list[EngineSlot]:
-    """One engine per version in use, and one more per version a long-prompt pool uses
-    (sized for the largest pool on it)."""
-    slots: dict[str, EngineSlot] = {}
+def engine_slots(deployments: list[DeploymentSpec], embed: list[VersionRef]) -> list[SlotSpec]:
+    """One engine per version in use, one more per version a long-prompt pool uses
+    (sized for the largest pool on it), one per embedding model."""
+    slots: dict[str, SlotSpec] = {}
     for d in deployments:
         for version in d.versions:
-            slots.setdefault(version.key, EngineSlot(version.key, version))
+            slots.setdefault(version.key, SlotSpec(version.key, VersionWire.of(version)))
             pool = d.long_prompt_pool
             if pool is not None:
                 key = version.key + LONG_POOL_SUFFIX
-                seqs = max(pool.max_num_seqs, (slots[key].max_num_seqs or 0) if key in slots else 0)
-                slots[key] = EngineSlot(key, version, seqs)
+                old = slots.get(key)
+                seqs = max(pool.max_num_seqs, (old.max_num_seqs or 0) if old else 0)
+                slots[key] = SlotSpec(key, VersionWire.of(version), seqs)
+    for version in embed:
+        slots[version.key] = SlotSpec(version.key, VersionWire.of(version))
     return list(slots.values())
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One engine that can take a request, the version it runs, and its load."""
+    """One engine on one worker that can take a request, and the load of that engine
+    across every worker that runs it."""
 
     key: str
     version: VersionRef
-    engine: AsyncLLMEngine
+    engine: RemoteEngine
     load: LoadTracker
+    replicas: tuple[Replica, ...]
 
     @property
     def served_by(self) -> str:
         return f"{self.version.model}/{self.version.version}"
 
     def snapshot(self) -> LoadSnapshot:
-        return self.load.snapshot(
-            num_running=self.engine.stats().num_running,
-            max_num_seqs=self.engine.core.config.max_num_seqs,
+        """The engine's load across its workers. Running is the gateway's own count
+        (sent, started, not ended): heartbeat stats lag by up to a second, long enough
+        to count a finished request and its successor both."""
+        reports = [r.slots[self.key] for r in self.replicas]
+        prefill = [rep.prefill_tokens_per_s for rep in reports if rep.prefill_tokens_per_s]
+        decode = [rep.decode_step_s for rep in reports if rep.decode_step_s]
+        snap = self.load.snapshot(
+            max_num_seqs=sum(rep.limits.max_num_seqs for rep in reports if rep.limits),
+            prefill_tokens_per_s=sum(prefill) if prefill else None,  # replicas add up
+            decode_step_s=max(decode) if decode else None,  # the slowest streams matter
         )
+        in_flight = sum(r.in_flight.get(self.key, 0) for r in self.replicas)
+        return replace(snap, num_running=max(0, in_flight - sum(snap.queued.values())))
 
 
 class CanarySplit:
@@ -71,21 +96,93 @@ class CanarySplit:
 
 
 class ModelDirectory:
-    def __init__(self, worker: LocalWorker, deployments: list[DeploymentSpec]) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        tokenizers: TokenizerCache,
+        client: httpx.AsyncClient,
+        worker_token: str,
+        embed: list[VersionRef],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.registry = registry
+        self.tokenizers = tokenizers
         self.created_ts = time.time()  # wall clock, for /v1/models
-        self.deployments = {d.name: d for d in deployments}
-        self.loads = {slot.key: LoadTracker() for slot in worker.slots}
+        self.deployments: dict[str, DeploymentSpec] = {}
+        self.embed = {v.model: v for v in embed}
+        self.loads: dict[str, LoadTracker] = {}
         self.canary = CanarySplit()
+        self._serving: dict[str, VersionRef] = {}  # deployment -> the stable now serving
+        self._client = client
+        self._token = worker_token
+        self._rng = rng or random.Random()
+
+    # ---- the serving view ----------------------------------------------------------
+
+    def set_deployments(self, deployments: list[DeploymentSpec]) -> None:
+        self.deployments = {d.name: d for d in deployments}
+        for d in deployments:
+            self._serving.setdefault(d.name, d.stable)
+        for name in [n for n in self._serving if n not in self.deployments]:
+            del self._serving[name]
+        self._advance()
+        for spec in deployments:
+            for version in spec.versions:
+                self.tokenizers.get(version)  # start loading early
+
+    def _advance(self) -> None:
+        """Move each deployment to its new stable version once it is ready somewhere."""
+        for name, spec in self.deployments.items():
+            if self._serving[name] != spec.stable and self.registry.serving(spec.stable.key):
+                self._serving[name] = spec.stable
+
+    def desired_slots(self) -> list[SlotSpec]:
+        """What every worker should run: the view, plus stables still being replaced."""
+        self._advance()
+        kept = [
+            DeploymentSpec(
+                f"{name} (serving)",
+                version,
+                long_prompt_pool=self.deployments[name].long_prompt_pool,
+            )
+            for name, version in self._serving.items()
+            if version != self.deployments[name].stable
+        ]
+        return engine_slots([*self.deployments.values(), *kept], list(self.embed.values()))
+
+    def versions_in_use(self) -> list[VersionRef]:
+        versions = {v.key: v for d in self.deployments.values() for v in d.versions}
+        versions.update((v.key, v) for v in self._serving.values())
+        versions.update((v.key, v) for v in self.embed.values())
+        return list(versions.values())
+
+    def version_states(self) -> dict[str, str]:
+        """model@version -> ready (on some worker), failed (on every one), or loading."""
+        states = {}
+        for version in self.versions_in_use():
+            reports = self.registry.slot_states(version.key)
+            if any(r.state == "ready" for r in reports):
+                ready = version.kind is ModelKind.EMBED or self.tokenizers.get(version)
+                states[version.key] = "ready" if ready else "loading"
+            elif reports and all(r.state == "failed" for r in reports):
+                states[version.key] = "failed"
+            else:
+                states[version.key] = "loading"
+        return states
+
+    def version_error(self, key: str) -> str | None:
+        errors = [r.error for r in self.registry.slot_states(key) if r.error]
+        return errors[0] if errors else self.tokenizers.errors.get(key)
+
+    # ---- lookups -------------------------------------------------------------------
 
     def names(self) -> list[str]:
-        embedders = [v.model for v in self.worker.versions if v.kind is ModelKind.EMBED]
-        return [*self.deployments, *embedders]
+        return [*self.deployments, *self.embed]
 
     def deployment(self, name: str) -> DeploymentSpec:
         spec = self.deployments.get(name)
         if spec is None:
-            if self.worker.embed_version(name) is not None:
+            if name in self.embed:
                 raise InvalidRequest(
                     f"The model '{name}' is an embedding model; use /v1/embeddings.",
                     param="model",
@@ -95,25 +192,72 @@ class ModelDirectory:
         return spec
 
     def choose_version(self, spec: DeploymentSpec) -> VersionRef:
-        """The canary for its share of requests once it is loaded, else the stable."""
+        """The canary for its share of requests while it is ready, else the stable now
+        serving."""
         canary = spec.canary
-        if canary is not None and canary.key in self.worker.llms and self.canary.to_canary(spec):
+        if canary is not None and self.registry.serving(canary.key) and self.canary.to_canary(spec):
             return canary
-        return spec.stable
-
-    def target(self, version: VersionRef, long_pool: bool = False) -> Target:
-        key = version.key + (LONG_POOL_SUFFIX if long_pool else "")
-        engine = self.worker.llms.get(key)
-        if engine is None:
-            self._unavailable(version.key)
-        assert engine is not None
-        return Target(key, version, engine, self.loads[key])
+        self._advance()
+        return self._serving.get(spec.name, spec.stable)
 
     def is_ready(self, spec: DeploymentSpec) -> bool:
-        return spec.stable.key in self.worker.llms
+        return bool(self.registry.serving(self._serving.get(spec.name, spec.stable).key))
 
-    def embedder(self, name: str) -> tuple[AsyncEmbedder, VersionRef]:
-        version = self.worker.embed_version(name)
+    def tokenizer(self, version: VersionRef) -> Tokenizer:
+        tokenizer = self.tokenizers.get(version)
+        if tokenizer is None:
+            if version.key in self.tokenizers.errors:
+                raise ServiceUnavailable(
+                    f"The tokenizer of '{version.key}' failed to load: "
+                    f"{self.tokenizers.errors[version.key]}",
+                    code="model_failed",
+                )
+            raise ServiceUnavailable(
+                f"The model version '{version.key}' is still loading; retry shortly.",
+                code="model_loading",
+                headers={"Retry-After": "5"},
+            )
+        return tokenizer
+
+    def target(
+        self, version: VersionRef, long_pool: bool = False, prompt_ids: list[int] | None = None
+    ) -> Target:
+        key = version.key + (LONG_POOL_SUFFIX if long_pool else "")
+        replicas = self.registry.serving(key)
+        if not replicas:
+            self._unavailable(version.key)
+        choice = choose_replica(
+            [r.load(key) for r in replicas],
+            prefix_key(prompt_ids) if prompt_ids else None,
+            self._rng,
+        )
+        replica = self.registry.replicas[choice.replica]
+        limits = replica.slots[key].limits
+        assert limits is not None
+        engine = RemoteEngine(
+            self._client,
+            replica.id,
+            replica.address,
+            key,
+            EngineLimits(limits.max_model_len, limits.kv_capacity_tokens, limits.max_num_seqs),
+            self._token,
+            self.registry.mark_failed,
+        )
+        load = self.loads.setdefault(key, LoadTracker())
+        return Target(key, version, engine, load, tuple(replicas))
+
+    def dispatched(self, target: Target) -> None:
+        replica = self.registry.replicas.get(target.engine.replica)
+        if replica is not None:
+            replica.in_flight[target.key] = replica.in_flight.get(target.key, 0) + 1
+
+    def ended(self, target: Target) -> None:
+        replica = self.registry.replicas.get(target.engine.replica)
+        if replica is not None and replica.in_flight.get(target.key, 0) > 0:
+            replica.in_flight[target.key] -= 1
+
+    def embedder(self, name: str) -> tuple[RemoteEmbedder, VersionRef]:
+        version = self.embed.get(name)
         if version is None:
             if name in self.deployments:
                 raise InvalidRequest(
@@ -123,24 +267,34 @@ class ModelDirectory:
                     code="wrong_model_kind",
                 )
             raise ModelNotFound(name, self.names())
-        embedder = self.worker.embedders.get(name)
-        if embedder is None:
+        replicas = self.registry.serving(version.key)
+        if not replicas:
             self._unavailable(version.key)
-        assert embedder is not None
-        return embedder, version
+        replica = self._rng.choice(replicas)
+        return RemoteEmbedder(
+            self._client,
+            replica.id,
+            replica.address,
+            version.key,
+            self._token,
+            self.registry.mark_failed,
+        ), version
 
     def _unavailable(self, key: str) -> None:
-        state = self.worker.states.get(key)
-        if state is ModelState.FAILED:
+        reports = self.registry.slot_states(key)
+        failed = [r for r in reports if r.state == "failed"]
+        if reports and len(failed) == len(reports):
             raise ServiceUnavailable(
-                f"The model version '{key}' failed to load: {self.worker.errors.get(key)}",
-                code="model_failed",
+                f"The model version '{key}' failed to load: {failed[0].error}", code="model_failed"
             )
         raise ServiceUnavailable(
-            f"The model version '{key}' is still loading; retry shortly.",
+            f"The model version '{key}' is not ready on any worker yet; retry shortly.",
             code="model_loading",
             headers={"Retry-After": "5"},
         )
 
     def snapshots(self) -> list[EngineSnapshot]:
-        return [EngineSnapshot(key, engine.stats()) for key, engine in self.worker.llms.items()]
+        return [
+            EngineSnapshot(key, replica, stats)
+            for key, replica, stats in self.registry.engine_stats()
+        ]

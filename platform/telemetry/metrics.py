@@ -96,6 +96,7 @@ STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     engine: str  # the engine's key: model@version, `#long` for a long-prompt pool
+    replica: str  # the worker that runs it
     stats: EngineStats
 
 
@@ -103,7 +104,6 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         labels = ["deployment"]  # request-level series: the name clients asked for
-        engine = ["version"]  # engine-level series: the engine's key (model@version)
         self.ttft = Histogram(
             "vigil_time_to_first_token_seconds",
             "Time from arrival at the gateway to the first output token.",
@@ -138,6 +138,24 @@ class Metrics:
         self.generation_tokens = Counter(
             "vigil_generation_tokens", "Output tokens generated.", labels, registry=registry
         )
+        self.admission = Counter(
+            "vigil_admission_decisions",
+            "Gateway admission decisions: admitted, shed or fallback, with the reason.",
+            [*labels, "decision", "reason"],
+            registry=registry,
+        )
+        self.requests = Counter(
+            "vigil_requests", "Requests ended, by outcome.", [*labels, "outcome"], registry=registry
+        )
+
+
+class EngineMetrics:
+    """Per-step and per-batch histograms, observed in a worker's engine threads and
+    exposed on that worker's own /metrics (the gateway cannot see single steps)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        engine = ["version"]  # the engine's key: model@version, `#long` for a long pool
         self.batch_size = Histogram(
             "vigil_batch_size",
             "Sequences in one engine step, or inputs in one embedding batch.",
@@ -159,19 +177,21 @@ class Metrics:
             buckets=STEP_BUCKETS_S,
             registry=registry,
         )
-        self.admission = Counter(
-            "vigil_admission_decisions",
-            "Gateway admission decisions: admitted, shed or fallback, with the reason.",
-            [*labels, "decision", "reason"],
-            registry=registry,
-        )
-        self.requests = Counter(
-            "vigil_requests", "Requests ended, by outcome.", [*labels, "outcome"], registry=registry
-        )
+
+    def observe_step(self, key: str, step: StepStats) -> None:
+        self.batch_size.labels(key).observe(step.num_seqs)
+        self.step_time.labels(key).observe(step.total_s)
+
+    def observe_batch(self, key: str, batch: BatchRecord) -> None:
+        self.batch_size.labels(key).observe(batch.size)
+        wait = self.batch_wait.labels(key)
+        for wait_s in batch.waits_s:
+            wait.observe(wait_s)
 
 
 class EngineStatsCollector(Collector):
-    """Gauges and engine counters, read from the latest stats snapshots at scrape time."""
+    """Gauges and engine counters of every engine on every worker, read at scrape time
+    from the latest stats the workers reported (the gateway's /metrics)."""
 
     def __init__(self, snapshots: Callable[[], Iterable[EngineSnapshot]]) -> None:
         self._snapshots = snapshots
@@ -180,61 +200,40 @@ class EngineStatsCollector(Collector):
         waiting = GaugeMetricFamily(
             "vigil_requests_waiting",
             "Requests queued in the engine.",
-            labels=["version", "priority"],
+            labels=["version", "replica", "priority"],
         )
         running = GaugeMetricFamily(
-            "vigil_requests_running", "Requests in the running batch.", labels=["version"]
+            "vigil_requests_running",
+            "Requests in the running batch.",
+            labels=["version", "replica"],
         )
         kv = GaugeMetricFamily(
             "vigil_kv_cache_usage_ratio",
             "Used KV cache blocks over all blocks, 0-1.",
-            labels=["version"],
+            labels=["version", "replica"],
         )
         queried = CounterMetricFamily(
             "vigil_prefix_cache_queried_tokens",
             "Prompt tokens looked up in the prefix cache on admission.",
-            labels=["version"],
+            labels=["version", "replica"],
         )
         hits = CounterMetricFamily(
             "vigil_prefix_cache_hit_tokens",
             "Prompt tokens served from the prefix cache instead of computed.",
-            labels=["version"],
+            labels=["version", "replica"],
         )
         preempt = CounterMetricFamily(
             "vigil_preemptions",
             "Sequences preempted for lack of KV cache blocks.",
-            labels=["version"],
+            labels=["version", "replica"],
         )
         for snap in self._snapshots():
-            s, d = snap.stats, snap.engine
-            waiting.add_metric([d, "interactive"], s.num_waiting_interactive)
-            waiting.add_metric([d, "batch"], s.num_waiting_batch)
-            running.add_metric([d], s.num_running)
-            kv.add_metric([d], s.kv_cache_usage)
-            preempt.add_metric([d], s.num_preemptions)
-            queried.add_metric([d], s.num_prefix_queried_tokens)
-            hits.add_metric([d], s.num_prefix_hit_tokens)
+            s, ids = snap.stats, [snap.engine, snap.replica]
+            waiting.add_metric([*ids, "interactive"], s.num_waiting_interactive)
+            waiting.add_metric([*ids, "batch"], s.num_waiting_batch)
+            running.add_metric(ids, s.num_running)
+            kv.add_metric(ids, s.kv_cache_usage)
+            preempt.add_metric(ids, s.num_preemptions)
+            queried.add_metric(ids, s.num_prefix_queried_tokens)
+            hits.add_metric(ids, s.num_prefix_hit_tokens)
         yield from (waiting, running, kv, preempt, queried, hits)
-
-
-def step_observer(metrics: Metrics, deployment: str) -> Callable[[StepStats], None]:
-    batch_size = metrics.batch_size.labels(deployment)
-    step_time = metrics.step_time.labels(deployment)
-
-    def observe(step: StepStats) -> None:
-        batch_size.observe(step.num_seqs)
-        step_time.observe(step.total_s)
-
-    return observe
-
-
-def batch_observer(metrics: Metrics, deployment: str) -> Callable[[BatchRecord], None]:
-    batch_size = metrics.batch_size.labels(deployment)
-    batch_wait = metrics.batch_wait.labels(deployment)
-
-    def observe(batch: BatchRecord) -> None:
-        batch_size.observe(batch.size)
-        for wait_s in batch.waits_s:
-            batch_wait.observe(wait_s)
-
-    return observe

@@ -226,10 +226,14 @@ def test_long_prompts_use_their_own_pool_and_do_not_hold_up_short_ones(gateway) 
     r = post(gateway, "app", chat("chat", max_tokens=2))
     assert r.status_code == 200 and time.monotonic() - t0 < 10
     assert "x-vigil-fallback-from" not in r.headers  # the main queue was empty
-    running = httpx.get(f"{gateway['url']}/metrics").text
-    assert re.search(
-        r'vigil_requests_running\{version="smollm2-135m-instruct@[^"]+#long"\} 1\.0', running
+    pattern = (
+        r'vigil_requests_running\{replica="local-0",'
+        r'version="smollm2-135m-instruct@[^"]+#long"\} 1\.0'
     )
+    deadline = time.monotonic() + 5  # the gauge comes with the next heartbeat
+    while not re.search(pattern, httpx.get(f"{gateway['url']}/metrics").text):
+        assert time.monotonic() < deadline, "the long-prompt pool never showed it running"
+        time.sleep(0.2)
     long.join()
     assert long.status == 200
 
@@ -283,6 +287,7 @@ def test_interactive_traffic_falls_back_when_the_queue_waits_too_long(gateway) -
 
 def test_request_that_would_miss_its_ttft_target_is_shed_at_once(gateway) -> None:
     assert post(gateway, "app", chat("chat-strict", max_tokens=1)).status_code == 200
+    time.sleep(1.5)  # the worker's next heartbeat brings the measured prefill rate
     t0 = time.monotonic()
     r = post(gateway, "app", chat("chat-strict", max_tokens=1))  # prefill rate now measured
     assert r.status_code == 429 and time.monotonic() - t0 < 0.5

@@ -43,7 +43,7 @@ def test_metrics_cover_the_core_series_after_a_request(vigil_server) -> None:
     )
     m = scrape(vigil_server.base_url)
     d = f'deployment="{LLM}"'
-    v = f'version="{LLM}@{VERSION}"'
+    v = f'replica="local-0",version="{LLM}@{VERSION}"'
     for name in (
         "vigil_time_to_first_token_seconds_count",
         "vigil_e2e_request_latency_seconds_count",
@@ -54,7 +54,7 @@ def test_metrics_cover_the_core_series_after_a_request(vigil_server) -> None:
         assert m[f"{name}{{{d}}}"] >= 1, name
     assert m[f"vigil_inter_token_latency_seconds_count{{{d}}}"] >= 1
     assert m[f'vigil_requests_total{{{d},outcome="length"}}'] >= 1
-    assert f'vigil_requests_waiting{{priority="interactive",{v}}}' in m
+    assert f'vigil_requests_waiting{{priority="interactive",{v}}}' in m, sorted(m)
     assert f"vigil_requests_running{{{v}}}" in m
     assert 0.0 <= m[f"vigil_kv_cache_usage_ratio{{{v}}}"] <= 1.0
     # every SLO threshold an operator can set is a TTFT bucket boundary
@@ -74,7 +74,7 @@ def test_metrics_pass_promtool_lint(vigil_server) -> None:
 
 def test_client_disconnect_mid_stream_frees_its_sequence(vigil_server) -> None:
     d = f'deployment="{LLM}"'
-    v = f'version="{LLM}@{VERSION}"'
+    v = f'replica="local-0",version="{LLM}@{VERSION}"'
     aborted_key = f'vigil_requests_total{{{d},outcome="aborted"}}'
     aborted_before = scrape(vigil_server.base_url).get(aborted_key, 0.0)
     body = {
@@ -92,8 +92,11 @@ def test_client_disconnect_mid_stream_frees_its_sequence(vigil_server) -> None:
         while received < 4:
             if next(lines).startswith("data: "):
                 received += 1
-        running = scrape(vigil_server.base_url)[f"vigil_requests_running{{{v}}}"]
-        assert running == 1
+        # The gauge comes with the worker's next heartbeat (one a second).
+        deadline = time.monotonic() + 5
+        while scrape(vigil_server.base_url)[f"vigil_requests_running{{{v}}}"] != 1:
+            assert time.monotonic() < deadline, "the running request never showed"
+            time.sleep(0.2)
     # The connection is closed: the engine must drop the sequence within a few steps.
     deadline = time.monotonic() + 15
     while True:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -116,27 +117,36 @@ def test_fallback_triggers_for_interactive_only(
     assert decide(I, 100, snap, spec, allow_fallback=False).verdict is not Verdict.FALLBACK
 
 
-def test_load_tracker_counts_queued_work_and_measures_rates() -> None:
+def test_load_tracker_counts_queued_work_and_its_start_rate() -> None:
     from vigil.engine.request import RequestId
 
     tracker = LoadTracker()
     tracker.enqueue(RequestId("a"), I, 100, now_ts=10.0)
     tracker.enqueue(RequestId("b"), B, 300, now_ts=11.0)
-    snap = tracker.snapshot(now_ts=12.0)
+    snap = tracker.snapshot(now_ts=12.0, prefill_tokens_per_s=2000.0, decode_step_s=0.05)
     assert snap.queued == {I: 1, B: 1} and snap.queued_prompt_tokens == {I: 100, B: 300}
     assert snap.oldest_queued_s == {I: 2.0, B: 1.0}
-    assert snap.prefill_tokens_per_s is None and snap.starts_per_s is None
+    assert snap.starts_per_s is None
+    assert (snap.prefill_tokens_per_s, snap.decode_step_s) == (2000.0, 0.05)  # passed through
     tracker.started(RequestId("a"), now_ts=12.5)
     tracker.started(RequestId("a"), now_ts=12.6)  # a second event changes nothing
-    tracker.observe_step(StepStats(2, 401, 1, 0.0, 0.0, 0.2, 0.0, 0.0))  # 400 prefill tokens
-    tracker.observe_step(StepStats(2, 2, 2, 0.0, 0.0, 0.05, 0.0, 0.0), now_ts=12.9)  # decode
     snap = tracker.snapshot(now_ts=13.0)
     assert snap.queued == {I: 0, B: 1}
-    assert snap.prefill_tokens_per_s == pytest.approx(2000.0)
-    assert snap.decode_step_s == pytest.approx(0.05)
     assert snap.starts_per_s == pytest.approx(0.1)  # one start in the 10 s window
+    assert tracker.snapshot(now_ts=23.0).starts_per_s is None  # it left the window
+
+
+def test_worker_rate_meter_measures_prefill_and_forgets_old_decode_steps() -> None:
+    from vigil.platform.worker.runtime import DECODE_STALE_S, RateMeter
+
+    meter = RateMeter()
+    meter.observe(StepStats(2, 401, 1, 0.0, 0.0, 0.2, 0.0, 0.0))  # 400 prefill tokens
+    assert meter.prefill_tokens_per_s == pytest.approx(2000.0)
+    meter.observe(StepStats(2, 2, 2, 0.0, 0.0, 0.05, 0.0, 0.0))  # a decode step
+    now = time.monotonic()
+    assert meter.decode_step_s(now) == pytest.approx(0.05)
     # an idle engine's last decode time goes stale instead of shedding forever
-    assert tracker.snapshot(now_ts=20.0).decode_step_s is None
+    assert meter.decode_step_s(now + DECODE_STALE_S + 1) is None
 
 
 def test_a_full_batch_adds_the_wait_for_a_slot() -> None:

@@ -88,9 +88,35 @@ def test_kv_cache_budget_resolves_a_fraction_of_free_memory() -> None:
     import torch
 
     from vigil.engine.device import free_memory_bytes
-    from vigil.platform.worker.local import DEFAULT_CPU_KV_BYTES, kv_cache_budget
+    from vigil.platform.worker.runtime import DEFAULT_CPU_KV_BYTES, kv_cache_budget
 
     cpu = torch.device("cpu")
     assert kv_cache_budget(serve_settings({}, env={}).engine, cpu) == DEFAULT_CPU_KV_BYTES
     half = kv_cache_budget(serve_settings({"kv_cache_memory": "0.5"}, env={}).engine, cpu)
     assert 0.4 * free_memory_bytes(cpu) < half < 0.6 * free_memory_bytes(cpu)
+
+
+def test_engine_settings_survive_the_trip_to_a_worker_process() -> None:
+    from vigil.platform.settings import engine_env, worker_settings
+
+    flags = {
+        "kv_cache_memory": "0.25",
+        "max_num_seqs": 7,
+        "torch_threads": 1,
+        "no_prefix_cache": True,
+        "max_model_len": 512,
+        "batch_aging": 3.5,
+    }
+    engine = serve_settings(flags, env={}).engine
+    env = {**engine_env(engine), "VIGIL_WORKER_TOKEN": "t"}
+    worker = worker_settings({"gateway": "http://127.0.0.1:1"}, env=env)
+    assert worker.engine == engine
+
+
+def test_a_worker_needs_a_gateway_and_a_token() -> None:
+    from vigil.platform.settings import worker_settings
+
+    with pytest.raises(SettingsError, match="--gateway"):
+        worker_settings({}, env={"VIGIL_WORKER_TOKEN": "t"})
+    with pytest.raises(SettingsError, match="VIGIL_WORKER_TOKEN"):
+        worker_settings({"gateway": "http://x"}, env={})

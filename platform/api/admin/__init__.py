@@ -1,0 +1,66 @@
+"""The admin REST API (`/api/admin/...`) over the control plane.
+
+Mount it with `admin_router(plane)` in the application's route handlers, with the
+exception handlers of `vigil.platform.errors`, and add `ADMIN_OPENAPI_COMPONENTS` to the
+OpenAPI config's components so that the schema defines the Basic security scheme its
+operations refer to:
+
+    Litestar(
+        route_handlers=[..., admin_router(plane)],
+        exception_handlers=EXCEPTION_HANDLERS,
+        openapi_config=OpenAPIConfig(..., components=[ADMIN_OPENAPI_COMPONENTS]),
+    )
+"""
+
+from __future__ import annotations
+
+from litestar import Router
+from litestar.di import Provide
+from litestar.openapi.spec import Components, SecurityScheme
+
+from vigil.platform.api.admin.access import KeyController, UserController
+from vigil.platform.api.admin.auth import admin_guard, provide_actor
+from vigil.platform.api.admin.deployments import DeploymentController
+from vigil.platform.api.admin.models import ModelController
+from vigil.platform.api.admin.records import AuditController, ReplicaController
+from vigil.platform.api.admin.webhooks import WebhookController
+from vigil.platform.control.plane import ControlPlane
+
+SECURITY_SCHEME = "vigilBasic"
+ADMIN_OPENAPI_COMPONENTS = Components(
+    security_schemes={
+        SECURITY_SCHEME: SecurityScheme(
+            type="http",
+            scheme="basic",
+            description="A Vigil user's username and password (`vigil admin create`).",
+        )
+    }
+)
+
+
+def admin_router(plane: ControlPlane) -> Router:
+    def provide_plane() -> ControlPlane:
+        return plane
+
+    return Router(
+        path="/api/admin",
+        route_handlers=[
+            ModelController,
+            DeploymentController,
+            WebhookController,
+            KeyController,
+            UserController,
+            AuditController,
+            ReplicaController,
+        ],
+        dependencies={
+            "plane": Provide(provide_plane, sync_to_thread=False),
+            "actor": Provide(provide_actor, sync_to_thread=False),
+        },
+        guards=[admin_guard(plane)],
+        tags=["Admin"],
+        security=[{SECURITY_SCHEME: []}],
+    )
+
+
+__all__ = ["ADMIN_OPENAPI_COMPONENTS", "admin_router"]

@@ -1,0 +1,26 @@
+"""The error answers each admin route documents in the OpenAPI schema (every one
+carries the OpenAI-style error body of errors.py)."""
+
+from __future__ import annotations
+
+from litestar.openapi.datastructures import ResponseSpec
+
+from vigil.platform.api.openai_schemas import ErrorBody
+
+_DESCRIPTIONS = {
+    400: "Invalid request: `param` names the field to fix and the message says how.",
+    401: "No credentials, or a wrong username or password, or a disabled user; answered "
+    'with `WWW-Authenticate: Basic realm="vigil"`.',
+    403: "The user's role may not do this; the message names the role needed.",
+    404: "Nothing of that name; the message says where to list what exists.",
+    409: "Clashes with the current state: a name already taken, a version in use, or a "
+    "stale `revision` (the message gives the current one).",
+}
+
+
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """401 and 403 always, and the statuses given."""
+    return {
+        status: ResponseSpec(ErrorBody, description=_DESCRIPTIONS[status])
+        for status in sorted({401, 403, *statuses})
+    }

@@ -1,0 +1,40 @@
+"""`/internal/workers/*`: where workers register and heart-beat (worker token only; not
+in the public API schema). Each answer is the worker's assignment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, post
+from litestar.di import Provide
+from litestar.exceptions import NotFoundException
+
+from vigil.platform.errors import Unauthorized
+from vigil.platform.services import Services
+from vigil.platform.worker.protocol import Assignment, Heartbeat, RegisterRequest
+
+
+async def _worker_token(request: Request[Any, Any, Any], services: Services) -> None:
+    if request.headers.get("authorization") != f"Bearer {services.worker_token}":
+        raise Unauthorized("worker calls need the worker token", code="invalid_worker_token")
+
+
+class WorkerController(Controller):
+    path = "/internal/workers"
+    include_in_schema = False
+    dependencies = {"_auth": Provide(_worker_token)}  # noqa: RUF012
+
+    @post("/register", status_code=200)
+    async def register(self, data: RegisterRequest, services: Services, _auth: None) -> Assignment:
+        services.workers.register(data)
+        await services.on_workers_changed()
+        return Assignment(services.models.desired_slots())
+
+    @post("/{worker_id:str}/heartbeat", status_code=200)
+    async def heartbeat(
+        self, worker_id: str, data: Heartbeat, services: Services, _auth: None
+    ) -> Assignment:
+        if not services.workers.heartbeat(worker_id, data):
+            raise NotFoundException(f"unknown worker {worker_id}: register again")
+        await services.on_workers_changed()
+        return Assignment(services.models.desired_slots())

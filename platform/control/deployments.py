@@ -1,0 +1,304 @@
+"""Deployments: the repository holds the SQL, the service the rules (drafts.py checks a
+draft; this file decides which writes happen, audits them and bumps revisions).
+
+Every change goes through one path, `change_deployment`: read the row, check the
+revision the caller read, apply the edit to a draft, check the draft, write, audit. A
+write that changes nothing leaves no row, no audit entry and no new revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
+
+from vigil.platform.control.audit import AuditRepository, OnChange
+from vigil.platform.control.drafts import (
+    DeploymentDraft,
+    DeploymentRecord,
+    VersionKey,
+    check_draft,
+    record_of,
+    snapshot,
+    store,
+)
+from vigil.platform.control.model_versions import ModelVersionRepository
+from vigil.platform.control.names import check_name
+from vigil.platform.control.slos import check_slo, slo_of, slo_snapshot, store_slo
+from vigil.platform.control.specs import SLOTargets
+from vigil.platform.control.tables import SLO, Deployment
+from vigil.platform.errors import Conflict, NotFound
+
+Edit = Callable[[DeploymentDraft], DeploymentDraft]
+
+
+class DeploymentRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def get(self, name: str) -> Deployment | None:
+        stmt = select(Deployment).where(Deployment.name == name)
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def list(self) -> Sequence[Deployment]:
+        stmt = select(Deployment).order_by(Deployment.name)
+        return (await self.session.execute(stmt)).scalars().all()
+
+    async def names(self) -> set[str]:
+        return set((await self.session.execute(select(Deployment.name))).scalars())
+
+    async def slos(self, deployment_ids: set[int]) -> dict[int, SLO]:
+        if not deployment_ids:
+            return {}
+        stmt = select(SLO).where(SLO.deployment_id.in_(deployment_ids))
+        return {row.deployment_id: row for row in (await self.session.execute(stmt)).scalars()}
+
+    def add(self, row: Deployment | SLO) -> None:
+        self.session.add(row)
+
+
+async def load_records(session: AsyncSession, rows: Sequence[Deployment]) -> list[DeploymentRecord]:
+    version_ids = {r.stable_version_id for r in rows} | {
+        r.canary_version_id for r in rows if r.canary_version_id is not None
+    }
+    versions = await ModelVersionRepository(session).by_ids(version_ids)
+    slos = await DeploymentRepository(session).slos({r.id for r in rows})
+    return [record_of(row, versions, slo_of(slos.get(row.id))) for row in rows]
+
+
+async def create_deployment(
+    session: AsyncSession,
+    name: str,
+    draft: DeploymentDraft,
+    slo: SLOTargets,
+    actor: str,
+    deployment_names: set[str],
+) -> DeploymentRecord:
+    check_name(name, "a deployment")
+    repo = DeploymentRepository(session)
+    if await repo.get(name) is not None:
+        raise _exists(name)
+    stable, canary = await check_draft(session, name, draft, deployment_names)
+    check_slo(slo)
+    row = Deployment(name=name)
+    store(row, draft, stable.id, canary.id if canary else None)
+    repo.add(row)
+    await session.flush()  # assigns the id and revision 1
+    slo_row = SLO(deployment_id=row.id)
+    store_slo(slo_row, slo)
+    repo.add(slo_row)
+    after = snapshot(name, draft, row.revision) | {"slo": slo_snapshot(slo)}
+    AuditRepository(session).add(actor, "deployment.create", "deployment", name, None, after)
+    (record,) = await load_records(session, [row])
+    return record
+
+
+async def change_deployment(
+    session: AsyncSession,
+    row: Deployment,
+    edit: Edit,
+    *,
+    actor: str,
+    action: str,
+    deployment_names: set[str],
+) -> DeploymentRecord | None:
+    """The new record, or None when the edit changes nothing."""
+    (current,) = await load_records(session, [row])
+    draft = edit(current.draft)
+    if draft == current.draft:
+        return None
+    stable, canary = await check_draft(session, row.name, draft, deployment_names)
+    before = snapshot(row.name, current.draft, row.revision)
+    store(row, draft, stable.id, canary.id if canary else None)
+    await session.flush()  # UPDATE ... WHERE revision = <read>; bumps it
+    after = snapshot(row.name, draft, row.revision)
+    AuditRepository(session).add(actor, action, "deployment", row.name, before, after)
+    (record,) = await load_records(session, [row])
+    return record
+
+
+async def change_slo(session: AsyncSession, row: Deployment, slo: SLOTargets, actor: str) -> bool:
+    """Set the deployment's SLO targets; False when they already were these."""
+    check_slo(slo)
+    repo = DeploymentRepository(session)
+    slo_row = (await repo.slos({row.id})).get(row.id)
+    before = slo_of(slo_row) if slo_row is not None else None
+    if before == slo:
+        return False
+    if slo_row is None:
+        slo_row = SLO(deployment_id=row.id)
+        repo.add(slo_row)
+    store_slo(slo_row, slo)
+    AuditRepository(session).add(
+        actor,
+        "deployment.slo",
+        "deployment",
+        row.name,
+        {"slo": slo_snapshot(before)} if before is not None else None,
+        {"slo": slo_snapshot(slo)},
+    )
+    return True
+
+
+class DeploymentService:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], on_change: OnChange) -> None:
+        self._sessions = sessions
+        self._on_change = on_change
+
+    async def list(self) -> list[DeploymentRecord]:
+        async with self._sessions() as session:
+            return await load_records(session, await DeploymentRepository(session).list())
+
+    async def get(self, name: str) -> DeploymentRecord:
+        async with self._sessions() as session:
+            (record,) = await load_records(session, [await _deployment(session, name)])
+            return record
+
+    async def create(
+        self, name: str, draft: DeploymentDraft, *, slo: SLOTargets | None = None, actor: str
+    ) -> DeploymentRecord:
+        try:
+            async with self._sessions.begin() as session:
+                names = await DeploymentRepository(session).names()
+                record = await create_deployment(
+                    session, name, draft, slo or SLOTargets(), actor, names
+                )
+        except IntegrityError:
+            raise _exists(name) from None
+        await self._on_change()
+        return record
+
+    async def update(
+        self, name: str, draft: DeploymentDraft, *, revision: int, actor: str
+    ) -> DeploymentRecord:
+        """Replace the settings with `draft`, if the deployment is still at `revision`."""
+        return await self._change(name, revision, lambda _: draft, actor, "deployment.update")
+
+    async def set_canary(
+        self,
+        name: str,
+        version: VersionKey,
+        weight: int,
+        *,
+        revision: int | None = None,
+        actor: str,
+    ) -> DeploymentRecord:
+        """Send `weight` percent of the traffic to `version` (the canary)."""
+
+        def edit(d: DeploymentDraft) -> DeploymentDraft:
+            return replace(d, canary=version, canary_weight=weight)
+
+        return await self._change(name, revision, edit, actor, "deployment.canary")
+
+    async def set_weight(
+        self, name: str, weight: int, *, revision: int | None = None, actor: str
+    ) -> DeploymentRecord:
+        def edit(d: DeploymentDraft) -> DeploymentDraft:
+            if d.canary is None:
+                raise _no_canary(name, "shift traffic to")
+            return replace(d, canary_weight=weight)
+
+        return await self._change(name, revision, edit, actor, "deployment.canary_weight")
+
+    async def promote(
+        self, name: str, *, revision: int | None = None, actor: str
+    ) -> DeploymentRecord:
+        """The canary becomes the stable version and takes all the traffic."""
+
+        def edit(d: DeploymentDraft) -> DeploymentDraft:
+            if d.canary is None:
+                raise _no_canary(name, "promote")
+            return replace(d, stable=d.canary, canary=None, canary_weight=0)
+
+        return await self._change(name, revision, edit, actor, "deployment.promote")
+
+    async def rollback(
+        self, name: str, *, revision: int | None = None, actor: str
+    ) -> DeploymentRecord:
+        """The canary is dropped; the stable version takes all the traffic again."""
+
+        def edit(d: DeploymentDraft) -> DeploymentDraft:
+            if d.canary is None:
+                raise _no_canary(name, "roll back")
+            return replace(d, canary=None, canary_weight=0)
+
+        return await self._change(name, revision, edit, actor, "deployment.rollback")
+
+    async def get_slo(self, name: str) -> SLOTargets:
+        async with self._sessions() as session:
+            row = await _deployment(session, name)
+            slos = await DeploymentRepository(session).slos({row.id})
+            return slo_of(slos.get(row.id))
+
+    async def set_slo(self, name: str, slo: SLOTargets, *, actor: str) -> SLOTargets:
+        async with self._sessions.begin() as session:
+            changed = await change_slo(session, await _deployment(session, name), slo, actor)
+        if changed:
+            await self._on_change()
+        return slo
+
+    async def _change(
+        self, name: str, revision: int | None, edit: Edit, actor: str, action: str
+    ) -> DeploymentRecord:
+        try:
+            async with self._sessions.begin() as session:
+                row = await _deployment(session, name)
+                if revision is not None and row.revision != revision:
+                    raise _stale(name, revision, row.revision)
+                names = await DeploymentRepository(session).names()
+                record = await change_deployment(
+                    session, row, edit, actor=actor, action=action, deployment_names=names
+                )
+                if record is None:  # nothing to change
+                    (unchanged,) = await load_records(session, [row])
+                    return unchanged
+        except StaleDataError:  # another write landed between our read and our write
+            raise Conflict(
+                f"deployment {name!r} was changed by someone else while this change was "
+                "being written; read it again and retry",
+                param="revision",
+                code="revision_conflict",
+            ) from None
+        await self._on_change()
+        return record
+
+
+async def _deployment(session: AsyncSession, name: str) -> Deployment:
+    row = await DeploymentRepository(session).get(name)
+    if row is None:
+        raise NotFound(
+            f"no deployment is named {name!r}; GET /api/admin/deployments lists them",
+            param="deployment",
+            code="deployment_not_found",
+        )
+    return row
+
+
+def _stale(name: str, read: int, current: int) -> Conflict:
+    return Conflict(
+        f"deployment {name!r} is at revision {current}, not {read}: someone changed it "
+        f"since you read it; read it again (GET /api/admin/deployments/{name}) and "
+        "reapply your change",
+        param="revision",
+        code="revision_conflict",
+    )
+
+
+def _no_canary(name: str, verb: str) -> Conflict:
+    return Conflict(
+        f"deployment {name!r} has no canary to {verb}; set one first "
+        f"(POST /api/admin/deployments/{name}/canary)",
+        code="no_canary",
+    )
+
+
+def _exists(name: str) -> Conflict:
+    return Conflict(
+        f"a deployment named {name!r} already exists; change it with PATCH instead",
+        param="name",
+        code="name_taken",
+    )

@@ -1,0 +1,269 @@
+"""A deployment as an operator edits it (a `DeploymentDraft`: versions named, not
+resolved), how it is stored in a `deployments` row, and the rules a draft must pass
+before it is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from vigil.engine.bundled import ModelKind
+from vigil.engine.request import Priority
+from vigil.platform.control.catalog import version_ref
+from vigil.platform.control.model_versions import ModelVersionRepository, VersionStatus
+from vigil.platform.control.specs import (
+    ClassLimits,
+    DeploymentSpec,
+    FallbackSpec,
+    FallbackTrigger,
+    LongPromptPool,
+    SLOTargets,
+    VersionRef,
+    default_limits,
+)
+from vigil.platform.control.tables import Deployment, ModelVersion, aware
+from vigil.platform.errors import InvalidRequest
+
+CLASS_NAMES = {Priority.INTERACTIVE: "interactive", Priority.BATCH: "batch"}
+
+
+@dataclass(frozen=True, slots=True)
+class VersionKey:
+    model: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.model}@{self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentDraft:
+    stable: VersionKey
+    canary: VersionKey | None = None
+    canary_weight: int = 0  # percent of requests that go to the canary, 0-100
+    max_prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    limits: Mapping[Priority, ClassLimits] = field(default_factory=default_limits)
+    fallback: FallbackSpec | None = None
+    long_prompt_pool: LongPromptPool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    spec: DeploymentSpec  # what the gateway serves
+    revision: int  # pass it back to update: a stale one is refused
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def draft(self) -> DeploymentDraft:
+        return draft_of(self.spec)
+
+
+def key_of(ref: VersionRef) -> VersionKey:
+    return VersionKey(ref.model, ref.version)
+
+
+def draft_of(spec: DeploymentSpec) -> DeploymentDraft:
+    return DeploymentDraft(
+        stable=key_of(spec.stable),
+        canary=key_of(spec.canary) if spec.canary is not None else None,
+        canary_weight=spec.canary_weight,
+        max_prompt_tokens=spec.max_prompt_tokens,
+        max_tokens=spec.max_tokens,
+        limits=dict(spec.limits),
+        fallback=spec.fallback,
+        long_prompt_pool=spec.long_prompt_pool,
+    )
+
+
+def limits_json(limits: Mapping[Priority, ClassLimits]) -> dict[str, Any]:
+    return {
+        name: {"max_queue": limits[p].max_queue, "max_queue_wait_s": limits[p].max_queue_wait_s}
+        for p, name in CLASS_NAMES.items()
+    }
+
+
+def limits_of(stored: Mapping[str, Any]) -> dict[Priority, ClassLimits]:
+    return {
+        p: ClassLimits(int(stored[name]["max_queue"]), float(stored[name]["max_queue_wait_s"]))
+        for p, name in CLASS_NAMES.items()
+    }
+
+
+def store(row: Deployment, draft: DeploymentDraft, stable_id: int, canary_id: int | None) -> None:
+    row.stable_version_id, row.canary_version_id = stable_id, canary_id
+    row.canary_weight = draft.canary_weight
+    row.max_prompt_tokens, row.max_tokens = draft.max_prompt_tokens, draft.max_tokens
+    row.limits = limits_json(draft.limits)
+    fb = draft.fallback
+    row.fallback_deployment = fb.deployment if fb else None
+    row.fallback_trigger = fb.trigger.value if fb else None
+    row.fallback_threshold_s = fb.threshold_s if fb else None
+    pool = draft.long_prompt_pool
+    row.long_prompt_min_tokens = pool.min_prompt_tokens if pool else None
+    row.long_prompt_max_queue = pool.max_queue if pool else None
+    row.long_prompt_max_num_seqs = pool.max_num_seqs if pool else None
+
+
+def record_of(
+    row: Deployment, versions: Mapping[int, ModelVersion], slo: SLOTargets
+) -> DeploymentRecord:
+    fallback = None
+    if row.fallback_deployment is not None:
+        assert row.fallback_trigger is not None and row.fallback_threshold_s is not None
+        fallback = FallbackSpec(
+            row.fallback_deployment,
+            FallbackTrigger(row.fallback_trigger),
+            row.fallback_threshold_s,
+        )
+    pool = None
+    if row.long_prompt_min_tokens is not None:
+        assert row.long_prompt_max_queue is not None and row.long_prompt_max_num_seqs is not None
+        pool = LongPromptPool(
+            row.long_prompt_min_tokens, row.long_prompt_max_queue, row.long_prompt_max_num_seqs
+        )
+    canary_id = row.canary_version_id
+    spec = DeploymentSpec(
+        name=row.name,
+        stable=version_ref(versions[row.stable_version_id]),
+        canary=version_ref(versions[canary_id]) if canary_id is not None else None,
+        canary_weight=row.canary_weight,
+        max_prompt_tokens=row.max_prompt_tokens,
+        max_tokens=row.max_tokens,
+        limits=limits_of(row.limits),
+        slo=slo,
+        fallback=fallback,
+        long_prompt_pool=pool,
+    )
+    return DeploymentRecord(spec, row.revision, aware(row.created_at), aware(row.updated_at))
+
+
+def snapshot(name: str, draft: DeploymentDraft, revision: int | None) -> dict[str, Any]:
+    """The audit log's picture of a deployment."""
+    fb, pool = draft.fallback, draft.long_prompt_pool
+    return {
+        "name": name,
+        "revision": revision,
+        "stable": str(draft.stable),
+        "canary": str(draft.canary) if draft.canary is not None else None,
+        "canary_weight": draft.canary_weight,
+        "max_prompt_tokens": draft.max_prompt_tokens,
+        "max_tokens": draft.max_tokens,
+        "limits": limits_json(draft.limits),
+        "fallback": None
+        if fb is None
+        else {
+            "deployment": fb.deployment,
+            "trigger": fb.trigger.value,
+            "threshold_s": fb.threshold_s,
+        },
+        "long_prompt_pool": None
+        if pool is None
+        else {
+            "min_prompt_tokens": pool.min_prompt_tokens,
+            "max_queue": pool.max_queue,
+            "max_num_seqs": pool.max_num_seqs,
+        },
+    }
+
+
+async def check_draft(
+    session: AsyncSession, name: str, draft: DeploymentDraft, deployment_names: set[str]
+) -> tuple[ModelVersion, ModelVersion | None]:
+    """The stable and canary version rows, once the draft passes every rule; else an
+    InvalidRequest that names the field to fix. `deployment_names`: those a fallback
+    may name."""
+    stable = await _servable(session, draft.stable, "stable")
+    canary = None
+    if draft.canary is not None:
+        canary = await _servable(session, draft.canary, "canary")
+        if canary.id == stable.id:
+            raise _invalid(f"{draft.canary} is already the stable version", "canary.version")
+    if not 0 <= draft.canary_weight <= 100:
+        raise _invalid(
+            f"canary weight must be a percentage from 0 to 100, got {draft.canary_weight}",
+            "canary.weight",
+        )
+    if draft.canary is None and draft.canary_weight != 0:
+        raise _invalid("a canary weight needs a canary version", "canary.weight")
+    for field_name in ("max_prompt_tokens", "max_tokens"):
+        cap = getattr(draft, field_name)
+        if cap is not None and cap < 1:
+            raise _invalid(f"{field_name} must be at least 1 (or null for no cap)", field_name)
+    _check_limits(draft.limits)
+    if draft.fallback is not None:
+        _check_fallback(name, draft.fallback, deployment_names)
+    if (pool := draft.long_prompt_pool) is not None and min(
+        pool.min_prompt_tokens, pool.max_queue, pool.max_num_seqs
+    ) < 1:
+        raise _invalid(
+            "long_prompt_pool needs min_prompt_tokens, max_queue and max_num_seqs of at least 1",
+            "long_prompt_pool",
+        )
+    return stable, canary
+
+
+async def _servable(session: AsyncSession, key: VersionKey, role: str) -> ModelVersion:
+    repo = ModelVersionRepository(session)
+    row = await repo.get(key.model, key.version)
+    if row is None:
+        known = [r.version for r in await repo.list(key.model)]
+        listed = ", ".join(known) if known else "none (is the model registered?)"
+        raise _invalid(
+            f"the {role} version {key} is not registered; versions of {key.model!r}: {listed}",
+            "version" if role == "stable" else "canary.version",
+            code="version_not_found",
+        )
+    if row.kind != ModelKind.GENERATE:
+        raise _invalid(
+            f"{key} is a {row.kind} model; deployments serve generation models only",
+            "version" if role == "stable" else "canary.version",
+        )
+    if row.status == VersionStatus.RETIRED:
+        raise _invalid(
+            f"{key} is retired; register a new version instead",
+            "version" if role == "stable" else "canary.version",
+        )
+    return row
+
+
+def _check_limits(limits: Mapping[Priority, ClassLimits]) -> None:
+    for priority, name in CLASS_NAMES.items():
+        lim = limits.get(priority)
+        if lim is None:
+            raise _invalid(f"limits for the {name} class are missing", f"limits.{name}")
+        if lim.max_queue < 0 or lim.max_queue_wait_s <= 0:
+            raise _invalid(
+                f"limits.{name} needs max_queue >= 0 and max_queue_wait_s > 0, got "
+                f"{lim.max_queue} and {lim.max_queue_wait_s}",
+                f"limits.{name}",
+            )
+
+
+def _check_fallback(name: str, fb: FallbackSpec, deployment_names: set[str]) -> None:
+    if fb.deployment == name:
+        raise _invalid(f"deployment {name!r} cannot fall back to itself", "fallback.deployment")
+    if fb.deployment not in deployment_names:
+        listed = ", ".join(sorted(deployment_names - {name})) or "none yet"
+        raise _invalid(
+            f"the fallback deployment {fb.deployment!r} does not exist (deployments: {listed})",
+            "fallback.deployment",
+        )
+    if fb.threshold_s <= 0:
+        raise _invalid(
+            f"fallback.threshold_s must be above 0 seconds, got {fb.threshold_s}",
+            "fallback.threshold_s",
+        )
+
+
+def _invalid(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
+    return InvalidRequest(message, param=param, code=code)

@@ -1,0 +1,94 @@
+"""What a model version must be before it is registered: params Vigil knows, an
+artifact whose format can be told, and a checksum that matches the artifact's bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vigil.engine.artifacts import (
+    BUNDLED_PREFIX,
+    ArtifactError,
+    artifact_checksum,
+    resolve_artifact,
+)
+from vigil.engine.bundled import ModelFormat, bundled_source
+from vigil.platform.control.specs import VersionRef
+from vigil.platform.errors import InvalidRequest
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A version's params: dtype and the sampling defaults a request may override."""
+    checked: dict[str, Any] = {}
+    for name, value in params.items():
+        if name == "dtype" and value in DTYPES:
+            checked[name] = value
+        elif (name == "temperature" and _number(value) and 0 <= value <= 2) or (
+            name == "top_p" and _number(value) and 0 < value <= 1
+        ):
+            checked[name] = float(value)
+        elif name == "top_k" and isinstance(value, int) and not isinstance(value, bool):
+            if value < -1:
+                raise _bad_param(name, value)
+            checked[name] = value
+        else:
+            raise _bad_param(name, value)
+    return checked
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bad_param(name: str, value: Any) -> InvalidRequest:
+    allowed = (
+        f"dtype ({', '.join(DTYPES)}), temperature (0 to 2), top_p (above 0, at most 1), "
+        "top_k (an integer, -1 or 0 for none)"
+    )
+    return InvalidRequest(
+        f"params.{name} = {value!r} is not allowed; a version's params are {allowed}",
+        param=f"params.{name}",
+        code="invalid_value",
+    )
+
+
+def infer_format(artifact: str) -> ModelFormat:
+    if artifact.startswith(BUNDLED_PREFIX):
+        try:
+            return bundled_source(artifact.removeprefix(BUNDLED_PREFIX)).format
+        except (KeyError, FileNotFoundError) as exc:
+            raise InvalidRequest(str(exc), param="artifact", code="invalid_artifact") from exc
+    if artifact.endswith(".gguf"):
+        return ModelFormat.GGUF
+    if Path(artifact).is_dir():
+        return ModelFormat.HF
+    raise InvalidRequest(
+        f"cannot tell the format of {artifact!r}: give 'bundled:<name>', a .gguf file or a "
+        "Hugging Face folder, or say the format ('gguf' or 'hf')",
+        param="format",
+        code="invalid_value",
+    )
+
+
+async def verified_checksum(ref: VersionRef) -> str:
+    """The artifact's SHA-256; the one given must match it."""
+    try:
+        source = resolve_artifact(ref.model, ref.version, ref.artifact, ref.kind, ref.format)
+    except ArtifactError as exc:
+        raise InvalidRequest(
+            f"{ref.key}: {exc}", param="artifact", code="invalid_artifact"
+        ) from exc
+    actual = await asyncio.to_thread(artifact_checksum, source.path)
+    if ref.checksum is not None and ref.checksum.lower() != actual:
+        raise InvalidRequest(
+            f"{ref.key}: the checksum given ({ref.checksum}) does not match the artifact "
+            f"{ref.artifact} (SHA-256 {actual}); check that it is the file you meant, or "
+            "leave the checksum out to record the artifact as it is",
+            param="checksum",
+            code="checksum_mismatch",
+        )
+    return actual

@@ -1,0 +1,54 @@
+"""The gateway's copy of each generation version's tokenizer and chat template.
+
+The gateway tokenizes (caps and admission need token counts before a request is
+queued); the workers only ever see token ids. Loading reads the model's metadata,
+not its weights, in a thread, once per version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from vigil.engine.artifacts import resolve_artifact
+from vigil.engine.bundled import ModelFormat
+from vigil.engine.loaders import hf
+from vigil.engine.loaders.gguf import GGUFFile
+from vigil.engine.tokenizer import Tokenizer
+from vigil.platform.control.specs import VersionRef
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(version: VersionRef) -> Tokenizer:
+    source = resolve_artifact(
+        version.model, version.version, version.artifact, version.kind, version.format
+    )
+    if source.format is ModelFormat.GGUF:
+        return GGUFFile(source.path).tokenizer()
+    config = hf.read_config(source.path)
+    return hf.read_tokenizer(source.path, config, add_special_tokens=True)
+
+
+class TokenizerCache:
+    def __init__(self) -> None:
+        self._tokenizers: dict[str, Tokenizer] = {}
+        self._loading: dict[str, asyncio.Task[None]] = {}
+        self.errors: dict[str, str] = {}
+
+    def get(self, version: VersionRef) -> Tokenizer | None:
+        """The tokenizer, or None while it loads (loading starts on the first ask)."""
+        tokenizer = self._tokenizers.get(version.key)
+        if tokenizer is None and version.key not in self._loading:
+            self._loading[version.key] = asyncio.create_task(self._load(version))
+        return tokenizer
+
+    async def _load(self, version: VersionRef) -> None:
+        try:
+            self._tokenizers[version.key] = await asyncio.to_thread(load_tokenizer, version)
+            self.errors.pop(version.key, None)
+        except Exception as exc:
+            log.exception("could not load the tokenizer of %s", version.key)
+            self.errors[version.key] = str(exc)
+        finally:
+            self._loading.pop(version.key, None)

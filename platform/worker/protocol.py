@@ -1,0 +1,149 @@
+"""What the gateway and its workers say to each other over HTTP (msgspec JSON).
+
+    worker                                   gateway
+      | -- POST /internal/workers/register --> |  id, address, device, memory
+      | <-------- Assignment ----------------- |  the engine slots to run
+      | -- POST /internal/workers/{id}/heartbeat (every second) -->
+      |      slot states, limits, stats, measured rates
+      | <-------- Assignment ----------------- |  (changes when deployments change)
+      |                                        |
+      | <-- POST /internal/generate ---------- |  one request: ids in, events out
+      | --- newline-delimited JSON events ---> |  (closing the stream aborts it)
+      | <-- POST /internal/embed ------------- |
+
+Every call carries `Authorization: Bearer <worker token>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from msgspec import Struct
+
+from vigil.engine.bundled import ModelFormat, ModelKind
+from vigil.engine.request import SamplingParams
+from vigil.engine.stats import EngineStats
+from vigil.platform.control.specs import VersionRef
+
+
+class VersionWire(Struct, frozen=True):
+    model: str
+    version: str
+    kind: str
+    format: str
+    artifact: str
+    checksum: str | None = None
+    params: dict[str, Any] = {}
+
+    @classmethod
+    def of(cls, v: VersionRef) -> VersionWire:
+        return cls(
+            v.model, v.version, v.kind.value, v.format.value, v.artifact, v.checksum, dict(v.params)
+        )
+
+    def ref(self) -> VersionRef:
+        return VersionRef(
+            self.model,
+            self.version,
+            ModelKind(self.kind),
+            ModelFormat(self.format),
+            self.artifact,
+            self.checksum,
+            tuple(sorted(self.params.items())),
+        )
+
+
+class SlotSpec(Struct, frozen=True):
+    """One engine a worker should run (see worker.runtime.EngineSlot)."""
+
+    key: str
+    version: VersionWire
+    max_num_seqs: int | None = None
+
+
+class Assignment(Struct):
+    slots: list[SlotSpec]
+    heartbeat_interval_s: float = 1.0
+
+
+class RegisterRequest(Struct):
+    worker_id: str
+    address: str  # base URL the gateway calls, e.g. http://127.0.0.1:9001
+    device: str
+    memory_bytes: int
+    pid: int
+
+
+class SlotLimits(Struct):
+    max_model_len: int
+    kv_capacity_tokens: int
+    max_num_seqs: int
+
+
+class SlotReport(Struct):
+    key: str
+    state: Literal["loading", "ready", "failed", "draining"]
+    progress: float = 0.0  # 0-1 while loading
+    error: str | None = None
+    limits: SlotLimits | None = None
+    stats: dict[str, Any] | None = None  # EngineStats as a dict (generation slots)
+    prefill_tokens_per_s: float | None = None  # measured on this worker
+    decode_step_s: float | None = None  # None when no recent decode step
+
+
+class Heartbeat(Struct):
+    slots: list[SlotReport]
+
+
+class GenerateCall(Struct):
+    slot: str
+    request_id: str
+    prompt_ids: list[int]
+    params: dict[str, Any]  # SamplingParams fields
+    priority: int
+    max_queue_wait_s: float | None  # relative: worker and gateway clocks differ
+
+
+class TokenWire(Struct, tag="token"):
+    text: str
+    ids: list[int]
+
+
+class FinishWire(Struct, tag="finish"):
+    reason: str
+    text: str
+    num_prompt_tokens: int
+    num_output_tokens: int
+    queue_s: float | None
+    error: str | None = None
+
+
+EventWire = TokenWire | FinishWire
+
+
+class EmbedCall(Struct):
+    slot: str
+    texts: list[str]
+
+
+class EmbedResult(Struct):
+    vectors: list[list[float]]
+    num_tokens: int
+
+
+def sampling_params(fields: dict[str, Any]) -> SamplingParams:
+    fields = dict(fields)
+    fields["stop"] = tuple(fields.get("stop", ()))
+    return SamplingParams(**fields)
+
+
+def params_wire(params: SamplingParams) -> dict[str, Any]:
+    return {f: getattr(params, f) for f in SamplingParams.__dataclass_fields__}
+
+
+def stats_wire(stats: EngineStats) -> dict[str, Any]:
+    return {f: getattr(stats, f) for f in EngineStats.__dataclass_fields__ if f != "last_step"}
+
+
+def stats_of(wire: dict[str, Any]) -> EngineStats:
+    return EngineStats(**wire, last_step=None)

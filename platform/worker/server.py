@@ -1,0 +1,286 @@
+"""`vigil worker`: one process running engines, serving the gateway over HTTP.
+
+It registers with the gateway, then heart-beats every second: its slots' states,
+limits, stats and measured rates go up; the assignment (which engines to run) comes
+back and the runtime reconciles to it. Generation answers with one JSON line per
+event; when the gateway closes the stream (its client left), the request is aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import msgspec
+import uvicorn
+from litestar import Litestar, Request, Response, get, post
+from litestar.di import Provide
+from litestar.response import Stream
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from vigil.engine.device import free_memory_bytes
+from vigil.engine.llm_engine import RequestRejected
+from vigil.engine.request import (
+    FinishEvent,
+    GenerationRequest,
+    Priority,
+    RequestClock,
+    RequestId,
+    TokenEvent,
+)
+from vigil.platform.errors import (
+    EXCEPTION_HANDLERS,
+    InvalidRequest,
+    ServiceUnavailable,
+    Unauthorized,
+)
+from vigil.platform.settings import WorkerSettings
+from vigil.platform.telemetry.metrics import EngineMetrics
+from vigil.platform.worker.protocol import (
+    Assignment,
+    EmbedCall,
+    EmbedResult,
+    FinishWire,
+    GenerateCall,
+    Heartbeat,
+    RegisterRequest,
+    SlotLimits,
+    SlotReport,
+    TokenWire,
+    sampling_params,
+    stats_wire,
+)
+from vigil.platform.worker.runtime import (
+    EngineSlot,
+    Slot,
+    WorkerRuntime,
+    configure_torch,
+)
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 1.0
+PARENT_CHECK_S = 1.0
+
+
+def report(slot: Slot) -> SlotReport:
+    limits, stats = None, None
+    if slot.engine is not None:
+        core = slot.engine.core
+        limits = SlotLimits(core.max_model_len, core.kv_capacity_tokens, core.config.max_num_seqs)
+        stats = stats_wire(slot.engine.stats())
+    return SlotReport(
+        key=slot.spec.key,
+        state=slot.state.value,
+        progress=slot.progress,
+        error=slot.error,
+        limits=limits,
+        stats=stats,
+        prefill_tokens_per_s=slot.rates.prefill_tokens_per_s,
+        decode_step_s=slot.rates.decode_step_s(),
+    )
+
+
+def _slots(assignment: Assignment) -> list[EngineSlot]:
+    return [EngineSlot(s.key, s.version.ref(), s.max_num_seqs) for s in assignment.slots]
+
+
+async def _generate(data: GenerateCall, runtime: WorkerRuntime) -> Stream:
+    slot = runtime.ready_slot(data.slot)
+    if slot is None or slot.engine is None:
+        raise ServiceUnavailable(
+            f"engine {data.slot} is not ready on this worker", code="engine_not_ready"
+        )
+    engine = slot.engine
+    now = time.monotonic()
+    wait = data.max_queue_wait_s
+    request = GenerationRequest(
+        RequestId(data.request_id),
+        data.prompt_ids,
+        sampling_params(data.params),
+        Priority(data.priority),
+        RequestClock(now),
+        None if wait is None else now + wait,
+    )
+    try:
+        engine.check_request(request)
+    except RequestRejected as exc:
+        raise InvalidRequest(str(exc), code="context_length_exceeded") from exc
+    slot.in_flight += 1
+
+    async def lines() -> AsyncIterator[bytes]:
+        try:
+            async for event in engine.generate(request):
+                if isinstance(event, TokenEvent):
+                    wire: TokenWire | FinishWire = TokenWire(event.text, list(event.token_ids))
+                else:
+                    wire = _finish_wire(event)
+                yield msgspec.json.encode(wire) + b"\n"
+        finally:
+            slot.in_flight -= 1
+
+    return Stream(lines(), media_type="application/x-ndjson")
+
+
+def _finish_wire(event: FinishEvent) -> FinishWire:
+    return FinishWire(
+        event.reason.value,
+        event.text,
+        event.num_prompt_tokens,
+        event.num_output_tokens,
+        event.clock.queue_time_s,
+        event.error,
+    )
+
+
+async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
+    slot = runtime.ready_slot(data.slot)
+    if slot is None or slot.embedder is None:
+        raise ServiceUnavailable(
+            f"embedder {data.slot} is not ready on this worker", code="engine_not_ready"
+        )
+    model = slot.embedder.model
+    counts = [model.count_tokens(t) for t in data.texts]
+    for i, n in enumerate(counts):
+        if n > model.max_seq_len:
+            raise InvalidRequest(
+                f"input[{i}] has {n} tokens, more than this model's limit of "
+                f"{model.max_seq_len}. Shorten or split the text.",
+                param=f"input[{i}]",
+                code="context_length_exceeded",
+            )
+    slot.in_flight += 1
+    try:
+        vectors = await slot.embedder.embed(data.texts)
+    finally:
+        slot.in_flight -= 1
+    return EmbedResult(vectors, sum(counts))
+
+
+def build_worker_app(runtime: WorkerRuntime, token: str, registry: CollectorRegistry) -> Litestar:
+    async def guard(request: Request[Any, Any, Any]) -> None:
+        if request.headers.get("authorization") != f"Bearer {token}":
+            raise Unauthorized("worker calls need the worker token", code="invalid_worker_token")
+
+    @post("/internal/generate", status_code=200)
+    async def generate(data: GenerateCall, _auth: None) -> Stream:
+        return await _generate(data, runtime)
+
+    @post("/internal/embed", status_code=200)
+    async def embed(data: EmbedCall, _auth: None) -> EmbedResult:
+        return await _embed(data, runtime)
+
+    @get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @get("/metrics", media_type=CONTENT_TYPE_LATEST)
+    async def metrics() -> Response[bytes]:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Litestar(
+        [generate, embed, healthz, metrics],
+        dependencies={"_auth": Provide(guard)},
+        exception_handlers=EXCEPTION_HANDLERS,
+        openapi_config=None,
+        logging_config=None,
+    )
+
+
+class GatewayLink:
+    """Registration and heartbeats: the worker's side of the protocol."""
+
+    def __init__(self, settings: WorkerSettings, runtime: WorkerRuntime, address: str) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.address = address
+        self.registered = False
+        self._client = httpx.AsyncClient(
+            base_url=settings.gateway_url.rstrip("/"),
+            timeout=10,
+            headers={"Authorization": f"Bearer {settings.token}"},
+        )
+
+    async def run(self) -> None:
+        parent = os.getppid()
+        while True:
+            try:
+                await self._beat()
+            except (httpx.HTTPError, msgspec.DecodeError) as exc:
+                if self.registered:
+                    log.warning("gateway unreachable (%s); will register again", exc)
+                self.registered = False
+            self.runtime.stop_drained()
+            if self.settings.exit_with_parent and os.getppid() != parent:
+                log.info("parent process gone: stopping")
+                return
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+
+    async def _beat(self) -> None:
+        if not self.registered:
+            body = RegisterRequest(
+                self.settings.worker_id,
+                self.address,
+                str(self.runtime.device),
+                free_memory_bytes(self.runtime.device),
+                os.getpid(),
+            )
+            response = await self._client.post(
+                "/internal/workers/register", content=msgspec.json.encode(body)
+            )
+        else:
+            beat = Heartbeat([report(s) for s in self.runtime.slots.values()])
+            response = await self._client.post(
+                f"/internal/workers/{self.settings.worker_id}/heartbeat",
+                content=msgspec.json.encode(beat),
+            )
+            if response.status_code == 404:  # the gateway restarted and forgot us
+                self.registered = False
+                return
+        response.raise_for_status()
+        if not self.registered:
+            log.info("registered with %s as %s", self.settings.gateway_url, self.settings.worker_id)
+        self.registered = True
+        self.runtime.reconcile(_slots(msgspec.json.decode(response.content, type=Assignment)))
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def run_worker(settings: WorkerSettings) -> None:
+    configure_torch(settings.engine)
+    registry = CollectorRegistry()
+    metrics = EngineMetrics(registry)
+    runtime = WorkerRuntime(settings.engine, metrics.observe_step, metrics.observe_batch)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    host, port = sock.getsockname()[:2]
+    address = f"http://{settings.advertise_host or host}:{port}"
+    app = build_worker_app(runtime, settings.token, registry)
+    link = GatewayLink(settings, runtime, address)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=5)
+    )
+
+    async def main() -> None:
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        beating = asyncio.create_task(link.run())
+        log.info("worker %s listening on %s", settings.worker_id, address)
+        await asyncio.wait({serving, beating}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
+        await serving
+        await link.close()
+        runtime.close()
+
+    asyncio.run(main())

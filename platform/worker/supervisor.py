@@ -1,0 +1,95 @@
+"""The worker processes `vigil serve` runs on its own machine, restarted when they die.
+
+Each is `vigil worker` in a child process, so a crash in an engine (or the kernel
+killing it for memory) takes down one worker, not the gateway: the gateway sees it
+miss heartbeats, routes around it, and this supervisor starts a new one (backing off
+when one keeps dying).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL_S = 0.5
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+@dataclass(slots=True)
+class _Child:
+    worker_id: str
+    process: subprocess.Popen[bytes] | None = None
+    failures: int = 0
+
+
+class LocalWorkers:
+    def __init__(self, count: int, gateway_url: str, env: dict[str, str]) -> None:
+        self._children = [_Child(f"local-{i}") for i in range(count)]
+        self._gateway_url = gateway_url
+        self._env = {**os.environ, **env}
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {c.worker_id: c.process.pid for c in self._children if c.process is not None}
+
+    def start(self) -> None:
+        for child in self._children:
+            self._spawn(child)
+        self._task = asyncio.create_task(self._watch(), name="local-workers")
+
+    def _spawn(self, child: _Child) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "vigil.platform.cli",
+            "worker",
+            "--gateway",
+            self._gateway_url,
+            "--worker-id",
+            child.worker_id,
+            "--exit-with-parent",
+        ]
+        child.process = subprocess.Popen(cmd, env=self._env)
+        log.info("started worker %s (pid %d)", child.worker_id, child.process.pid)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            for child in self._children:
+                assert child.process is not None
+                code = child.process.poll()
+                if code is None:
+                    continue
+                delay = RESTART_BACKOFF_S[min(child.failures, len(RESTART_BACKOFF_S) - 1)]
+                child.failures += 1
+                log.warning(
+                    "worker %s exited with %s; restarting in %.0f s", child.worker_id, code, delay
+                )
+                child.process = None
+                await asyncio.sleep(delay)
+                self._spawn(child)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for child in self._children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.terminate()
+        for child in self._children:
+            if child.process is None:
+                continue
+            try:
+                await asyncio.to_thread(child.process.wait, 15)
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                await asyncio.to_thread(child.process.wait)

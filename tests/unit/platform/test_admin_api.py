@@ -1,0 +1,525 @@
+"""The admin REST API on a small app (the admin router and the error handlers of
+errors.py) over SQLite: Basic auth, roles, the operator's canary flow, revisions, and
+4xx bodies that say what to fix."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from argon2 import PasswordHasher
+from litestar import Litestar
+from litestar.openapi import OpenAPIConfig
+from litestar.testing import AsyncTestClient
+
+from vigil.engine.artifacts import artifact_checksum
+from vigil.engine.bundled import MINILM, SMOLLM2, bundled_source
+from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
+from vigil.platform.control.db import create_engine, session_factory
+from vigil.platform.control.migrate import migrate
+from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.specs import bundled_version
+from vigil.platform.control.users import Role
+from vigil.platform.errors import EXCEPTION_HANDLERS
+
+BUNDLED = bundled_version(SMOLLM2)
+DEPLOYMENT = f"/api/admin/deployments/{SMOLLM2}"
+PASSWORDS = {"root": "root password", "ops": "ops password", "eve": "eve password"}
+
+
+def basic(username: str, password: str | None = None) -> dict[str, str]:
+    pair = f"{username}:{password or PASSWORDS[username]}".encode()
+    return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+
+ROOT, OPS, EVE = basic("root"), basic("ops"), basic("eve")
+
+
+@pytest.fixture(scope="module")
+def seeded_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """At head, bundled models seeded, and one user per role: root (admin), ops
+    (operator), eve (viewer)."""
+    path = tmp_path_factory.mktemp("admin-template") / "vigil.db"
+    migrate(f"sqlite+aiosqlite:///{path}")
+
+    async def seed() -> None:
+        engine = create_engine(f"sqlite+aiosqlite:///{path}")
+        plane = ControlPlane(session_factory(engine), password_hasher=FAST_HASHER)
+        await plane.seed_bundled([SMOLLM2, MINILM])
+        for name, role in (("root", Role.ADMIN), ("ops", Role.OPERATOR), ("eve", Role.VIEWER)):
+            await plane.users.create(name, PASSWORDS[name], role, actor="cli")
+        await engine.dispose()
+
+    asyncio.run(seed())
+    return path
+
+
+FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+
+
+@pytest.fixture
+async def plane(seeded_db: Path, tmp_path: Path) -> AsyncIterator[ControlPlane]:
+    path = shutil.copy(seeded_db, tmp_path / "vigil.db")
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        yield ControlPlane(session_factory(engine), password_hasher=FAST_HASHER)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def client(plane: ControlPlane) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    app = Litestar(
+        route_handlers=[admin_router(plane)],
+        exception_handlers=EXCEPTION_HANDLERS,
+        openapi_config=OpenAPIConfig(
+            title="test", version="0", components=[ADMIN_OPENAPI_COMPONENTS]
+        ),
+    )
+    async with AsyncTestClient(app) as c:
+        yield c
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    error: dict[str, Any] = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+# ---- authentication and roles
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        basic("root", "wrong password"),
+        basic("nobody", "root password"),
+        {"Authorization": "Basic not-base64!"},
+        {"Authorization": "Bearer vgl_something"},
+    ],
+)
+async def test_missing_or_wrong_credentials_get_401_with_a_basic_challenge(
+    client: AsyncTestClient[Litestar], headers: dict[str, str]
+) -> None:
+    response = await client.get("/api/admin/deployments", headers=headers)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith('Basic realm="vigil"')
+    assert error_of(response)["type"] == "authentication_error"
+
+
+async def test_a_disabled_user_is_refused(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    assert (await client.get("/api/admin/models", headers=EVE)).status_code == 200
+    response = await client.patch("/api/admin/users/eve", json={"disabled": True}, headers=ROOT)
+    assert response.status_code == 200 and response.json()["disabled_at"] is not None
+    assert (await client.get("/api/admin/models", headers=EVE)).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "needed"),
+    [
+        (
+            "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "x", "artifact": "y"},
+            "operator",
+        ),
+        ("POST", f"{DEPLOYMENT}/promote", None, "operator"),
+        ("PUT", f"{DEPLOYMENT}/slo", {}, "operator"),
+        (
+            "POST",
+            "/api/admin/webhooks",
+            {"name": "w", "url": "https://x", "events": []},
+            "operator",
+        ),
+        ("GET", "/api/admin/users", None, "admin"),
+        ("GET", "/api/admin/keys", None, "admin"),
+        ("POST", "/api/admin/keys", {"name": "k"}, "admin"),
+    ],
+)
+async def test_a_viewer_may_not_write_and_403_names_the_role_needed(
+    client: AsyncTestClient[Litestar],
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    needed: str,
+) -> None:
+    response = await client.request(method, path, json=body, headers=EVE)
+    assert response.status_code == 403
+    error = error_of(response)
+    assert f"needs the '{needed}' role" in error["message"]
+    assert "'eve' has the 'viewer' role" in error["message"]
+
+
+async def test_what_each_role_may_read(client: AsyncTestClient[Litestar]) -> None:
+    viewer_paths = [
+        "/api/admin/models",
+        f"/api/admin/models/{SMOLLM2}",
+        f"/api/admin/models/{SMOLLM2}/versions",
+        "/api/admin/deployments",
+        DEPLOYMENT,
+        f"{DEPLOYMENT}/slo",
+        "/api/admin/webhooks",
+        "/api/admin/audit",
+        "/api/admin/replicas",
+    ]
+    for path in viewer_paths:
+        assert (await client.get(path, headers=EVE)).status_code == 200, path
+    for path in ("/api/admin/users", "/api/admin/keys"):
+        assert (await client.get(path, headers=OPS)).status_code == 403
+        assert (await client.get(path, headers=ROOT)).status_code == 200
+
+
+# ---- the operator's flow
+
+
+async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    reloads: list[int] = []
+
+    async def reload() -> None:
+        reloads.append(len(await plane.serving_view()))
+
+    plane.add_listener(reload)
+    response = await client.post(
+        f"/api/admin/models/{SMOLLM2}/versions",
+        json={
+            "version": "warm",
+            "artifact": f"bundled:{SMOLLM2}",
+            "params": {"temperature": 0.7},
+        },
+        headers=OPS,
+    )
+    assert response.status_code == 201, response.text
+    version = response.json()
+    assert (version["key"], version["format"], version["status"]) == (
+        f"{SMOLLM2}@warm",
+        "gguf",
+        "registered",
+    )
+    assert version["checksum"] == artifact_checksum(bundled_source(SMOLLM2).path)
+    assert version["params"] == {"temperature": 0.7}
+
+    canary = await client.post(
+        f"{DEPLOYMENT}/canary", json={"version": "warm", "weight": 10}, headers=OPS
+    )
+    assert canary.status_code == 200, canary.text
+    body = canary.json()
+    assert body["canary"] == {"model": SMOLLM2, "version": "warm"}
+    assert (body["canary_weight"], body["revision"]) == (10, 2)
+
+    promoted = await client.post(f"{DEPLOYMENT}/promote", json={"revision": 2}, headers=OPS)
+    assert promoted.status_code == 200, promoted.text
+    assert promoted.json()["stable"]["version"] == "warm" and promoted.json()["canary"] is None
+
+    back = {"version": BUNDLED.version, "weight": 5}
+    assert (await client.post(f"{DEPLOYMENT}/canary", json=back, headers=OPS)).status_code == 200
+    rolled = await client.post(f"{DEPLOYMENT}/rollback", headers=OPS)
+    assert rolled.status_code == 200, rolled.text
+    assert (rolled.json()["stable"]["version"], rolled.json()["canary"]) == ("warm", None)
+    assert rolled.json()["revision"] == 5
+    assert len(reloads) == 5  # one per write, after it committed
+
+    audit = await client.get(
+        "/api/admin/audit",
+        params={"entity_type": "deployment", "entity_name": SMOLLM2, "limit": 4},
+        headers=EVE,
+    )
+    assert audit.status_code == 200
+    entries = audit.json()
+    assert [(e["actor"], e["action"]) for e in entries] == [
+        ("ops", "deployment.rollback"),
+        ("ops", "deployment.canary"),
+        ("ops", "deployment.promote"),
+        ("ops", "deployment.canary"),
+    ]
+    promote = entries[2]
+    assert (promote["before"]["stable"], promote["after"]["stable"]) == (
+        BUNDLED.key,
+        f"{SMOLLM2}@warm",
+    )
+    assert (promote["before"]["revision"], promote["after"]["revision"]) == (2, 3)
+    registered = await client.get(
+        "/api/admin/audit", params={"entity_type": "version"}, headers=EVE
+    )
+    assert registered.json()[0]["action"] == "version.register"
+    assert registered.json()[0]["actor"] == "ops"
+
+    # and the version in use cannot be retired
+    retire = await client.post(f"/api/admin/models/{SMOLLM2}/versions/warm/retire", headers=OPS)
+    assert retire.status_code == 409
+    assert f"still served by deployment(s) {SMOLLM2}" in error_of(retire)["message"]
+
+
+async def test_create_and_patch_a_deployment_with_a_stale_revision_409(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    created = await client.post(
+        "/api/admin/deployments",
+        json={
+            "name": "chat",
+            "model": SMOLLM2,
+            "version": BUNDLED.version,
+            "max_tokens": 256,
+            "fallback": {"deployment": SMOLLM2, "trigger": "queue_wait", "threshold_s": 2.0},
+            "slo": {"ttft_p99_s": 1.0},
+        },
+        headers=OPS,
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["revision"] == 1 and created.json()["slo"]["ttft_p99_s"] == 1.0
+    assert created.json()["limits"]["interactive"] == {"max_queue": 64, "max_queue_wait_s": 30.0}
+
+    patched = await client.patch(
+        "/api/admin/deployments/chat",
+        json={"revision": 1, "max_tokens": None, "fallback": None},
+        headers=OPS,
+    )
+    assert patched.status_code == 200, patched.text
+    body = patched.json()
+    assert (body["revision"], body["max_tokens"], body["fallback"]) == (2, None, None)
+
+    stale = await client.patch(
+        "/api/admin/deployments/chat", json={"revision": 1, "max_tokens": 8}, headers=OPS
+    )
+    assert stale.status_code == 409
+    error = error_of(stale)
+    assert "is at revision 2, not 1" in error["message"]
+    assert (error["type"], error["param"], error["code"]) == (
+        "conflict_error",
+        "revision",
+        "revision_conflict",
+    )
+    stale_promote = await client.post(
+        "/api/admin/deployments/chat/promote", json={"revision": 1}, headers=OPS
+    )
+    assert stale_promote.status_code == 409
+
+
+async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
+    target = {"ttft_p99_s": 1.5, "min_tokens_per_s": 4.0, "availability_target": 0.99}
+    put = await client.put(f"{DEPLOYMENT}/slo", json=target, headers=OPS)
+    assert put.status_code == 200, put.text
+    got = (await client.get(f"{DEPLOYMENT}/slo", headers=EVE)).json()
+    assert got == put.json()
+    assert {k: got[k] for k in target} == target and got["window_s"] == 3600.0
+
+
+# ---- 4xx bodies that say what to fix
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "param", "mentions"),
+    [
+        (
+            "POST",
+            f"{DEPLOYMENT}/canary",
+            {"version": "warm", "weight": 150},
+            400,
+            "weight",
+            "<= 100",
+        ),
+        (
+            "POST",
+            f"{DEPLOYMENT}/canary",
+            {"version": "nope", "weight": 10},
+            400,
+            "canary.version",
+            "not registered",
+        ),
+        (
+            "POST",
+            f"{DEPLOYMENT}/canary",
+            {"version": "warm", "wieght": 10},
+            400,
+            "wieght",
+            "unknown field",
+        ),
+        ("PATCH", DEPLOYMENT, {"max_tokens": 8}, 400, "revision", "missing required field"),
+        (
+            "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "checksum": "ab" * 32},
+            400,
+            "checksum",
+            "does not match",
+        ),
+        (
+            "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": "/no/such/file.gguf"},
+            400,
+            "artifact",
+            "is not a file",
+        ),
+        (
+            "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "params": {"top_p": 0}},
+            400,
+            "params.top_p",
+            "above 0",
+        ),
+        (
+            "POST",
+            "/api/admin/models/ghost/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}"},
+            404,
+            "model",
+            "no model is named 'ghost'",
+        ),
+        (
+            "POST",
+            "/api/admin/deployments/ghost/promote",
+            None,
+            404,
+            "deployment",
+            "GET /api/admin/deployments lists them",
+        ),
+        ("POST", f"{DEPLOYMENT}/promote", None, 409, None, "has no canary to promote"),
+        (
+            "POST",
+            "/api/admin/deployments",
+            {"name": "x", "model": MINILM, "version": bundled_version(MINILM).version},
+            400,
+            "version",
+            "generation models only",
+        ),
+        (
+            "POST",
+            "/api/admin/deployments",
+            {
+                "name": "x",
+                "model": SMOLLM2,
+                "version": BUNDLED.version,
+                "fallback": {"deployment": "ghost", "trigger": "queue_wait", "threshold_s": 1},
+            },
+            400,
+            "fallback.deployment",
+            "'ghost' does not exist",
+        ),
+        (
+            "POST",
+            "/api/admin/deployments",
+            {"name": SMOLLM2, "model": SMOLLM2, "version": BUNDLED.version},
+            409,
+            "name",
+            "already exists",
+        ),
+        (
+            "PUT",
+            f"{DEPLOYMENT}/slo",
+            {"batch_shed_fraction": 2},
+            400,
+            "slo.batch_shed_fraction",
+            "at most 1",
+        ),
+        ("GET", "/api/admin/audit?limit=5000", None, 400, "limit", "limit"),
+    ],
+)
+async def test_errors_say_what_to_fix(
+    client: AsyncTestClient[Litestar],
+    plane: ControlPlane,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    status: int,
+    param: str | None,
+    mentions: str,
+) -> None:
+    await plane.catalog.register_version(SMOLLM2, "warm", f"bundled:{SMOLLM2}", actor="ops")
+    response = await client.request(method, path, json=body, headers=OPS)
+    assert response.status_code == status, response.text
+    error = error_of(response)
+    assert error["param"] == param
+    assert mentions in error["message"]
+
+
+# ---- webhooks, keys, users
+
+
+async def test_webhook_secret_is_shown_once(client: AsyncTestClient[Litestar]) -> None:
+    created = await client.post(
+        "/api/admin/webhooks",
+        json={"name": "oncall", "url": "https://hooks.example/a", "events": ["slo.burn"]},
+        headers=OPS,
+    )
+    assert created.status_code == 201, created.text
+    secret = created.json()["secret"]
+    listed = await client.get("/api/admin/webhooks", headers=EVE)
+    assert secret not in listed.text and listed.json()[0]["secret_hint"] == "..." + secret[-4:]
+    patched = await client.patch(
+        "/api/admin/webhooks/oncall", json={"events": ["shed", "worker.down"]}, headers=OPS
+    )
+    assert patched.json()["events"] == ["shed", "worker.down"]
+    deleted = await client.delete("/api/admin/webhooks/oncall", headers=OPS)
+    assert deleted.status_code == 200 and deleted.json()["name"] == "oncall"
+    assert (await client.delete("/api/admin/webhooks/oncall", headers=OPS)).status_code == 404
+    audit = await client.get("/api/admin/audit", params={"entity_type": "webhook"}, headers=EVE)
+    assert len(audit.json()) == 3 and secret not in audit.text
+
+
+async def test_admin_manages_keys_and_users(client: AsyncTestClient[Litestar]) -> None:
+    created = await client.post(
+        "/api/admin/keys",
+        json={"name": "ci", "priority": "batch", "models": [SMOLLM2], "rate_limit_per_minute": 60},
+        headers=ROOT,
+    )
+    assert created.status_code == 201, created.text
+    key = created.json()["key"]
+    assert key.startswith(created.json()["key_prefix"])
+    listed = await client.get("/api/admin/keys", headers=ROOT)
+    assert key not in listed.text and listed.json()[0]["priority"] == "batch"
+    revoked = await client.post("/api/admin/keys/ci/revoke", headers=ROOT)
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+    again = await client.post("/api/admin/keys/ci/revoke", headers=ROOT)
+    assert again.status_code == 409 and "already revoked" in error_of(again)["message"]
+
+    user = await client.post(
+        "/api/admin/users",
+        json={"username": "dan", "password": "dan password", "role": "operator"},
+        headers=ROOT,
+    )
+    assert user.status_code == 201 and user.json()["role"] == "operator"
+    assert "password" not in user.text
+    dan = basic("dan", "dan password")
+    assert (await client.get(f"{DEPLOYMENT}/slo", headers=dan)).status_code == 200
+    demoted = await client.patch("/api/admin/users/dan", json={"role": "viewer"}, headers=ROOT)
+    assert demoted.json()["role"] == "viewer"
+    assert (await client.post(f"{DEPLOYMENT}/rollback", headers=dan)).status_code == 403
+    last = await client.patch("/api/admin/users/root", json={"role": "viewer"}, headers=ROOT)
+    assert last.status_code == 409 and "last active admin" in error_of(last)["message"]
+    actions = await client.get("/api/admin/audit", params={"entity_type": "user"}, headers=ROOT)
+    assert [(e["actor"], e["action"]) for e in actions.json()[:2]] == [
+        ("root", "user.update"),
+        ("root", "user.create"),
+    ]
+
+
+async def test_the_openapi_schema_documents_the_admin_api(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    schema = (await client.get("/schema/openapi.json")).json()
+    assert schema["components"]["securitySchemes"]["vigilBasic"]["scheme"] == "basic"
+    operations = [
+        (path, method, op)
+        for path, item in schema["paths"].items()
+        if path.startswith("/api/admin/")
+        for method, op in item.items()
+    ]
+    assert len(operations) >= 25
+    for path, method, op in operations:
+        assert op["tags"] == ["Admin"], (path, method)
+        assert op["security"] == [{"vigilBasic": []}], (path, method)
+        assert {"401", "403"} <= set(op["responses"]), (path, method)
+    patch = schema["paths"]["/api/admin/deployments/{name}"]["patch"]
+    assert "409" in patch["responses"]
