@@ -17,12 +17,14 @@ from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
 import vigil.web
+from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.internal import WorkerController
 from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.errors import EXCEPTION_HANDLERS
 from vigil.platform.gateway.auth import Principal
+from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
 from vigil.platform.services import Services, live_gauges
 from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.console import ConsoleController
@@ -30,11 +32,23 @@ from vigil.web.console import ConsoleController
 log = logging.getLogger(__name__)
 
 LIVE_SAMPLE_INTERVAL_S = 1.0
+VIEW_RELOAD_EVERY = 5  # samples
 
 
 async def _sample_live(services: Services) -> None:
+    """Once a second: a point for the console; every VIEW_RELOAD_S, the serving view again
+    (another gateway on the same database may have changed it) and the replicas that
+    went silent marked down."""
+    n = 0
     while True:
         services.live.sample(live_gauges(services.models))
+        n += 1
+        if n % VIEW_RELOAD_EVERY == 0:
+            try:
+                await services.reload_serving_view()
+                await services.plane.replicas.mark_silent_down(HEARTBEAT_TIMEOUT_S)
+            except Exception:  # serving goes on with the view it has
+                log.exception("could not reload the serving view")
         await asyncio.sleep(LIVE_SAMPLE_INTERVAL_S)
 
 
@@ -54,7 +68,8 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        services.models.set_deployments(list(services.models.deployments.values()))
+        await services.load_serving_view()
+        services.plane.add_listener(services.reload_serving_view)
         sampler = asyncio.create_task(_sample_live(services), name="live-sampler")
         if local_workers is not None:
             local_workers.start()
@@ -74,6 +89,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             OpenAIController,
             ConsoleController,
             WorkerController,
+            admin_router(services.plane),
             healthz,
             readyz,
             metrics,
@@ -93,7 +109,9 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[add_request_id],
         template_config=TemplateConfig(directory=web_dir / "templates", engine=JinjaTemplateEngine),
-        openapi_config=OpenAPIConfig(title="Vigil", version="0.1.0", path="/schema"),
+        openapi_config=OpenAPIConfig(
+            title="Vigil", version="0.1.0", path="/schema", components=[ADMIN_OPENAPI_COMPONENTS]
+        ),
         lifespan=[lifespan],
         logging_config=None,  # the CLI configures logging once for every part
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -10,18 +11,13 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.bundled import ModelKind, bundled_source
-from vigil.engine.request import Priority
 from vigil.platform.control.api_keys import ApiKeyService
 from vigil.platform.control.config_file import load_deployments
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.model_versions import ModelVersionService, VersionStatus
-from vigil.platform.control.specs import (
-    ClassLimits,
-    DeploymentSpec,
-    VersionRef,
-    bundled_version,
-    default_limits,
-)
+from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.replicas import ReplicaReport
+from vigil.platform.control.specs import VersionRef, bundled_version
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
@@ -35,6 +31,7 @@ from vigil.platform.telemetry.recorder import RequestRecorder
 
 log = logging.getLogger(__name__)
 
+REPLICA_WRITE_S = 5.0
 _STATUS = {
     "loading": VersionStatus.LOADING,
     "ready": VersionStatus.READY,
@@ -56,7 +53,47 @@ class Services:
     auth: Authenticator
     http: httpx.AsyncClient
     worker_token: str
+    plane: ControlPlane
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
+    _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
+
+    async def load_serving_view(self) -> None:
+        """Seed the bundled models, apply the deployments file, then serve what the
+        database says (the file is declarations applied at start; the database rules)."""
+        settings = self.settings
+        await self.plane.seed_bundled(list(settings.models))
+        if settings.config_path is not None:
+            generate = {n for n in settings.models if bundled_source(n).kind is ModelKind.GENERATE}
+            await self.plane.apply_config(load_deployments(settings.config_path, generate))
+        await self.reload_serving_view()
+
+    async def reload_serving_view(self) -> None:
+        self.models.set_deployments(await self.plane.serving_view())
+
+    async def record_replica(self, worker_id: str, registering: bool = False) -> None:
+        """Keep the replicas table current: at registration, then every few seconds."""
+        replica = self.workers.replicas.get(worker_id)
+        now = time.monotonic()
+        if replica is None or (
+            not registering and now - self._replica_writes.get(worker_id, 0.0) < REPLICA_WRITE_S
+        ):
+            return
+        self._replica_writes[worker_id] = now
+        report = ReplicaReport(
+            id=replica.id,
+            address=replica.address,
+            device=replica.device,
+            memory_bytes=replica.memory_bytes,
+            versions=tuple(k for k, r in replica.slots.items() if r.state == "ready"),
+            stats={k: r.stats for k, r in replica.slots.items() if r.stats},
+        )
+        try:
+            if registering:
+                await self.plane.replicas.register(report)
+            else:
+                await self.plane.replicas.heartbeat(report)
+        except Exception:  # serving goes on when the database is unreachable
+            log.exception("could not record replica %s", worker_id)
 
     async def on_workers_changed(self) -> None:
         """Record version states that changed (ready on some worker, failed on all)."""
@@ -82,34 +119,17 @@ class Services:
             log.exception("could not record the state of %s", version.key)
 
 
-def deployment_specs(settings: ServeSettings) -> tuple[list[DeploymentSpec], list[VersionRef]]:
-    """The deployments to serve (from the config file, or one per bundled generation
-    model at its bundled version) and the embedding model versions."""
-    sources = {name: bundled_source(name) for name in settings.models}
-    generate = [n for n, s in sources.items() if s.kind is ModelKind.GENERATE]
-    embed = [bundled_version(n) for n, s in sources.items() if s.kind is ModelKind.EMBED]
-    if settings.config_path is not None:
-        return load_deployments(settings.config_path, set(generate)), embed
-    wait_s = settings.engine.max_queue_wait_s
-    specs = []
-    for name in generate:
-        limits = default_limits()
-        base = limits[Priority.INTERACTIVE]
-        limits[Priority.INTERACTIVE] = ClassLimits(base.max_queue, wait_s)
-        specs.append(DeploymentSpec(name, bundled_version(name), limits=limits))
-    return specs, embed
-
-
 def build_services(settings: ServeSettings, worker_token: str) -> Services:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    deployments, embed = deployment_specs(settings)
+    embed = [
+        bundled_version(n) for n in settings.models if bundled_source(n).kind is ModelKind.EMBED
+    ]
     workers = WorkerRegistry()
     http = httpx.AsyncClient(
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
     )
     models = ModelDirectory(workers, TokenizerCache(), http, worker_token, embed)
-    models.deployments = {d.name: d for d in deployments}  # tokenizers start in lifespan
     live = LiveSeries()
     registry.register(EngineStatsCollector(models.snapshots))
     recorder = RequestRecorder(metrics, live)
@@ -128,6 +148,7 @@ def build_services(settings: ServeSettings, worker_token: str) -> Services:
         auth=Authenticator(ApiKeyService(sessions), AuthMode(settings.auth)),
         http=http,
         worker_token=worker_token,
+        plane=ControlPlane(sessions),
     )
 
 
