@@ -140,6 +140,12 @@ class LLMEngine:
         if plan.is_empty:
             return expired
         t1 = time.perf_counter()
+        # Prompts that get their first token this step (read before the update moves on).
+        prompt_tokens_done = sum(
+            item.seq.num_prompt_tokens
+            for item in plan.scheduled
+            if item.samples and not item.seq.output_ids
+        )
         for item in plan.scheduled:
             if item.seq.request.clock.scheduled_ts is None:
                 item.seq.request.clock.scheduled_ts = now
@@ -162,6 +168,7 @@ class LLMEngine:
             forward_s=result.forward_s,
             sample_s=result.sample_s,
             output_s=t3 - t2,
+            num_prompt_tokens_done=prompt_tokens_done,
         )
         return events
 

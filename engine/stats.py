@@ -15,6 +15,9 @@ class StepStats:
     forward_s: float
     sample_s: float
     output_s: float  # detokenize, stop checks, events
+    # Prompt tokens of the sequences that got their first token this step, prefix-cache
+    # hits included: what a prompt costs in time to first token, as the gateway counts it.
+    num_prompt_tokens_done: int = 0
 
     @property
     def total_s(self) -> float:

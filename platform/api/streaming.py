@@ -170,12 +170,15 @@ async def collect(
 ) -> tuple[str, FinishEvent]:
     parts: list[str] = []
     event: EngineEvent
-    async for event in generation.events(prepared):
-        parts.append(event.text)
-        if isinstance(event, FinishEvent):
-            if event.reason not in FINISH_REASONS:
-                raise failure(event)
-            return "".join(parts), event
+    # Closed on the way out, not whenever it is collected: its clean-up releases the
+    # request's place in the load counts that admission and routing read.
+    async with contextlib.aclosing(generation.events(prepared)) as events:
+        async for event in events:
+            parts.append(event.text)
+            if isinstance(event, FinishEvent):
+                if event.reason not in FINISH_REASONS:
+                    raise failure(event)
+                return "".join(parts), event
     raise AssertionError("the engine's event stream ended without a FinishEvent")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,7 +216,7 @@ class GenerationService:
             )
         return prompt, target, prompt.max_tokens if prompt.max_tokens is not None else cap
 
-    async def events(self, prepared: PreparedGeneration) -> AsyncIterator[EngineEvent]:
+    async def events(self, prepared: PreparedGeneration) -> AsyncGenerator[EngineEvent, None]:
         """The engine's events for one request, each also recorded as metrics."""
         request = prepared.request
         tracker = self.recorder.track(prepared.deployment, request.clock.arrival_ts)

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CPU_KV_BYTES = 1 << 30
 DEFAULT_CUDA_KV_FRACTION = 0.8
 EWMA_ALPHA = 0.2
+PREFILL_WINDOW = 16  # steps
 # A decode step time older than this says nothing about streams running now (an idle
 # engine must not keep shedding on the memory of a busy minute).
 DECODE_STALE_S = 2.0
@@ -80,20 +82,34 @@ def configure_torch(settings: EngineSettings) -> None:
 
 
 class RateMeter:
-    """Measured prefill rate and decode step time of one engine (EWMA), fed from its
-    thread after every step; read whole floats, so no lock."""
+    """Measured prefill rate and decode step time of one engine, fed from its thread
+    after every step; read as whole floats, so no lock.
+
+    The prefill rate is prompt tokens brought to their first token per second of the
+    last PREFILL_WINDOW steps that did prefill work, summed over them: a prompt chunked over
+    several steps counts all their time, and a prompt served from the prefix cache counts
+    its full length at its small cost, so that the rate matches how the gateway counts
+    queued prompt tokens. An engine's first step (warm-up) is not measured."""
 
     def __init__(self) -> None:
-        self.prefill_tokens_per_s: float | None = None
+        self._prefill: deque[tuple[int, float]] = deque(maxlen=PREFILL_WINDOW)
         self._decode_step_s: float | None = None
         self._last_decode_ts = float("-inf")
+        self._warm = False
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        tokens = sum(t for t, _ in self._prefill)
+        seconds = sum(s for _, s in self._prefill)
+        return tokens / seconds if tokens and seconds else None
 
     def observe(self, step: StepStats) -> None:
+        if not self._warm:
+            self._warm = True
+            return
         prefill_tokens = step.num_tokens - step.num_decodes
-        if prefill_tokens > 0 and step.total_s > 0:
-            self.prefill_tokens_per_s = _ewma(
-                self.prefill_tokens_per_s, prefill_tokens / step.total_s
-            )
+        if prefill_tokens > 0 or step.num_prompt_tokens_done > 0:
+            self._prefill.append((step.num_prompt_tokens_done, step.total_s))
         elif step.num_decodes > 0:
             self._decode_step_s = _ewma(self._decode_step_s, step.total_s)
             self._last_decode_ts = time.monotonic()

@@ -201,16 +201,21 @@ def test_concurrent_greedy_outputs_equal_each_run_alone(
     budget = 128 if prefix_cache else 1024
     engine = make_engine(smollm2, prefix_cache=prefix_cache, max_num_batched_tokens=budget)
     seqs_per_step: list[int] = []
+    prompts_done: list[int] = []
     step = engine.step
 
     def counting_step():  # type: ignore[no-untyped-def]
         events = step()
-        seqs_per_step.append(engine.stats().last_step.num_seqs)  # type: ignore[union-attr]
+        last = engine.stats().last_step
+        seqs_per_step.append(last.num_seqs)  # type: ignore[union-attr]
+        prompts_done.append(last.num_prompt_tokens_done)  # type: ignore[union-attr]
         return events
 
     engine.step = counting_step  # type: ignore[method-assign]
     batched = run(engine, requests(smollm2))
     assert engine.stats().num_preemptions == 0
+    # Each prompt counted once, in the step that gave its first token (the prefill rate).
+    assert sum(prompts_done) == sum(len(r.prompt_ids) for r in requests(smollm2))
     hits = engine.stats().num_prefix_hit_tokens
     if prefix_cache:
         assert hits >= 3 * 16  # at least the passage's blocks, reused by the two followers

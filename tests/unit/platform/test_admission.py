@@ -140,8 +140,14 @@ def test_worker_rate_meter_measures_prefill_and_forgets_old_decode_steps() -> No
     from vigil.platform.worker.runtime import DECODE_STALE_S, RateMeter
 
     meter = RateMeter()
-    meter.observe(StepStats(2, 401, 1, 0.0, 0.0, 0.2, 0.0, 0.0))  # 400 prefill tokens
-    assert meter.prefill_tokens_per_s == pytest.approx(2000.0)
+    meter.observe(StepStats(1, 50, 0, 0.0, 0.0, 9.0, 0.0, 0.0, 50))  # warm-up: not measured
+    assert meter.prefill_tokens_per_s is None
+    # a 400-token prompt in two chunks of 0.1 s, then a cached one that costs 0.01 s
+    meter.observe(StepStats(1, 200, 0, 0.0, 0.0, 0.1, 0.0, 0.0, 0))
+    meter.observe(StepStats(2, 201, 1, 0.0, 0.0, 0.1, 0.0, 0.0, 400))
+    assert meter.prefill_tokens_per_s == pytest.approx(2000.0, rel=0.25)
+    meter.observe(StepStats(1, 1, 1, 0.0, 0.0, 0.01, 0.0, 0.0, 300))
+    assert meter.prefill_tokens_per_s > 2000.0  # a cache hit makes prompts cheaper
     meter.observe(StepStats(2, 2, 2, 0.0, 0.0, 0.05, 0.0, 0.0))  # a decode step
     now = time.monotonic()
     assert meter.decode_step_s(now) == pytest.approx(0.05)
