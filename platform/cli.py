@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes to start on this machine (1); 0 waits for remote `vigil "
         "worker`s, which need the same VIGIL_WORKER_TOKEN  [VIGIL_WORKERS]",
     )
+    serve.add_argument(
+        "--routing",
+        choices=["p2c", "round_robin"],
+        help="replica choice: p2c (power of two choices by load, prefix affinity; "
+        "default) or round_robin (a baseline for benchmarks)  [VIGIL_ROUTING]",
+    )
     _add_engine_flags(serve)
 
     worker = sub.add_parser(

@@ -129,7 +129,14 @@ def build_services(settings: ServeSettings, worker_token: str) -> Services:
     http = httpx.AsyncClient(
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
     )
-    models = ModelDirectory(workers, TokenizerCache(), http, worker_token, embed)
+    models = ModelDirectory(
+        workers,
+        TokenizerCache(),
+        http,
+        worker_token,
+        embed,
+        round_robin=settings.routing == "round_robin",
+    )
     live = LiveSeries()
     registry.register(EngineStatsCollector(models.snapshots))
     recorder = RequestRecorder(metrics, live)

@@ -53,6 +53,7 @@ class ServeSettings:
     auth: str = ""  # "open" | "keys"; "" means open on a loopback host, keys otherwise
     sse_keepalive_s: float = 15.0
     workers: int = 1  # local worker processes to start (0: only remote ones register)
+    routing: str = "p2c"  # p2c (load-aware, prefix affinity) | round_robin (a baseline)
     worker_token: str | None = None  # shared with workers; None: a new one per start
 
     @property
@@ -206,7 +207,14 @@ def serve_settings(
         ),
         workers=_int(_pick(flags.get("workers"), env, "WORKERS"), "workers", d.workers, minimum=0),
         worker_token=_env(env, "WORKER_TOKEN"),
+        routing=_routing(_pick(flags.get("routing"), env, "ROUTING") or d.routing),
     )
+
+
+def _routing(value: str) -> str:
+    if value not in ("p2c", "round_robin"):
+        raise SettingsError(f"routing must be 'p2c' or 'round_robin', got {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

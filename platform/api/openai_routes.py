@@ -174,7 +174,11 @@ class OpenAIController(Controller):
 
 
 def _headers(prepared: PreparedGeneration) -> dict[str, str]:
-    headers = {"x-request-id": prepared.request.request_id, "x-vigil-served-by": prepared.served_by}
+    headers = {
+        "x-request-id": prepared.request.request_id,
+        "x-vigil-served-by": prepared.served_by,
+        "x-vigil-replica": prepared.engine.replica,  # the worker that runs it
+    }
     if prepared.fallback_from is not None:
         headers["x-vigil-fallback-from"] = prepared.fallback_from
     if prepared.request.request_id.startswith(("chatcmpl", "cmpl")):

@@ -169,7 +169,7 @@ class GenerationService:
                 str(exc), param=prompt.param, code="context_length_exceeded"
             ) from exc
         target.load.enqueue(request.request_id, priority, len(prompt.ids), time.monotonic())
-        self.models.dispatched(target)
+        self.models.dispatched(target, len(prompt.ids))
         return PreparedGeneration(spec.name, target.served_by, fallback_from, target, request)
 
     def _route(self, spec: DeploymentSpec, build: PromptBuilder) -> tuple[_Prompt, Target, int]:
@@ -220,20 +220,24 @@ class GenerationService:
         """The engine's events for one request, each also recorded as metrics."""
         request = prepared.request
         tracker = self.recorder.track(prepared.deployment, request.clock.arrival_ts)
-        load = prepared.target.load
+        target = prepared.target
         started = False
         try:
             async for event in prepared.engine.generate(request):
                 if not started:
                     started = True
-                    load.started(request.request_id, time.monotonic())
+                    self._started(target, request)
                 tracker.observe(event)
                 yield event
         finally:
             if not started:
-                load.started(request.request_id, time.monotonic())
-            self.models.ended(prepared.target)
+                self._started(target, request)
+            self.models.ended(target)
             tracker.close()
+
+    def _started(self, target: Target, request: GenerationRequest) -> None:
+        target.load.started(request.request_id, time.monotonic())
+        self.models.started(target, len(request.prompt_ids))
 
 
 def _shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:

@@ -21,7 +21,7 @@ from vigil.platform.errors import InvalidRequest, ModelNotFound, ServiceUnavaila
 from vigil.platform.gateway.admission import LoadSnapshot
 from vigil.platform.gateway.load import LoadTracker
 from vigil.platform.gateway.remote import EngineLimits, RemoteEmbedder, RemoteEngine
-from vigil.platform.gateway.router import choose_replica, prefix_key
+from vigil.platform.gateway.router import Router, prefix_key
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
 from vigil.platform.telemetry.metrics import EngineSnapshot
@@ -104,6 +104,7 @@ class ModelDirectory:
         worker_token: str,
         embed: list[VersionRef],
         rng: random.Random | None = None,
+        round_robin: bool = False,
     ) -> None:
         self.registry = registry
         self.tokenizers = tokenizers
@@ -116,6 +117,7 @@ class ModelDirectory:
         self._client = client
         self._token = worker_token
         self._rng = rng or random.Random()
+        self._router = Router(self._rng, round_robin)
 
     # ---- the serving view ----------------------------------------------------------
 
@@ -226,11 +228,8 @@ class ModelDirectory:
         replicas = self.registry.serving(key)
         if not replicas:
             self._unavailable(version.key)
-        choice = choose_replica(
-            [r.load(key) for r in replicas],
-            prefix_key(prompt_ids) if prompt_ids else None,
-            self._rng,
-        )
+        loads = [r.load(key) for r in replicas]
+        choice = self._router.choose(key, loads, prefix_key(prompt_ids) if prompt_ids else None)
         replica = self.registry.replicas[choice.replica]
         limits = replica.slots[key].limits
         assert limits is not None
@@ -246,10 +245,19 @@ class ModelDirectory:
         load = self.loads.setdefault(key, LoadTracker())
         return Target(key, version, engine, load, tuple(replicas))
 
-    def dispatched(self, target: Target) -> None:
+    def dispatched(self, target: Target, prompt_tokens: int) -> None:
         replica = self.registry.replicas.get(target.engine.replica)
         if replica is not None:
             replica.in_flight[target.key] = replica.in_flight.get(target.key, 0) + 1
+            pending = replica.pending_prompt
+            pending[target.key] = pending.get(target.key, 0) + prompt_tokens
+
+    def started(self, target: Target, prompt_tokens: int) -> None:
+        """The request's first event came back (or it ended without one)."""
+        replica = self.registry.replicas.get(target.engine.replica)
+        if replica is not None:
+            pending = replica.pending_prompt
+            pending[target.key] = max(0, pending.get(target.key, 0) - prompt_tokens)
 
     def ended(self, target: Target) -> None:
         replica = self.registry.replicas.get(target.engine.replica)

@@ -1,14 +1,20 @@
-"""Which replica takes a request: a pure choice over a snapshot of candidate loads.
+"""Which replica takes a request: a choice over a snapshot of candidate loads.
 
 Power of two choices: sample two replicas at random and take the less loaded, which
 keeps queues nearly as even as always picking the least loaded, without every
 gateway herding onto the same one. Load is the replica's share of its batch slots in
 use (the gateway's own count of requests it sent there and that have not ended, so a
-burst is spread before the next heartbeat) plus its KV cache usage.
+burst is spread before the next heartbeat), plus its KV cache usage, plus its prefill
+backlog: the prompt tokens sent there that have no first token yet, in seconds at the
+replica's measured prefill rate. A second of prefill queued ahead weighs as much as a
+full batch, so on a slow device one long prompt steers short ones elsewhere, while on a
+fast one counts decide.
 
-Prefix affinity: requests that share a long prompt prefix prefer one replica (the
-highest rendezvous hash of the prefix and the replica), where that prefix is already
-in the prefix cache, unless it is loaded `AFFINITY_SLACK` more than the least loaded.
+Prefix affinity: a request whose prompt starts like a recent one (the same first
+PREFIX_TOKENS tokens) goes where that one went, since the prefix is in that replica's
+prefix cache, unless the replica is loaded AFFINITY_SLACK more than the least loaded
+(then load wins, and the prefix moves with it). A prompt start not seen before goes by
+load alone.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from __future__ import annotations
 import hashlib
 import random
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-AFFINITY_SLACK = 0.5
+AFFINITY_SLACK = 0.25  # a quarter of the batch slots
+PREFIX_MEMORY = 4096  # prompt starts remembered, least recently used forgotten first
 PREFIX_MIN_TOKENS = 64  # shorter prompts are not worth keeping together
 PREFIX_TOKENS = 256  # how much of the prompt names its prefix
+UNMEASURED_PREFILL_TOKENS_PER_S = 2048.0  # until a replica's rate is measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +39,17 @@ class ReplicaLoad:
     in_flight: int  # requests the gateway sent there, not yet ended
     max_num_seqs: int
     kv_cache_usage: float  # 0-1, from the last heartbeat
+    pending_prompt_tokens: int = 0  # sent there, no first token yet
+    prefill_tokens_per_s: float | None = None  # measured there, from the last heartbeat
 
     @property
     def score(self) -> float:
-        return self.in_flight / max(1, self.max_num_seqs) + self.kv_cache_usage
+        rate = self.prefill_tokens_per_s or UNMEASURED_PREFILL_TOKENS_PER_S
+        return (
+            self.in_flight / max(1, self.max_num_seqs)
+            + self.kv_cache_usage
+            + self.pending_prompt_tokens / rate
+        )
 
 
 def prefix_key(prompt_ids: Sequence[int]) -> bytes | None:
@@ -42,19 +58,45 @@ def prefix_key(prompt_ids: Sequence[int]) -> bytes | None:
     return hashlib.blake2b(array("q", prompt_ids[:PREFIX_TOKENS]).tobytes(), digest_size=8).digest()
 
 
-def choose_replica(
-    candidates: Sequence[ReplicaLoad], prefix: bytes | None, rng: random.Random
-) -> ReplicaLoad:
-    assert candidates, "choose_replica needs at least one candidate"
+def less_loaded_of_two(candidates: Sequence[ReplicaLoad], rng: random.Random) -> ReplicaLoad:
+    assert candidates, "a choice needs at least one candidate"
     if len(candidates) == 1:
         return candidates[0]
-    if prefix is not None:
-        preferred = max(candidates, key=lambda c: _rendezvous(prefix, c.replica))
-        if preferred.score <= min(c.score for c in candidates) + AFFINITY_SLACK:
-            return preferred
     a, b = rng.sample(list(candidates), 2)
     return a if a.score <= b.score else b
 
 
-def _rendezvous(prefix: bytes, replica: str) -> int:
-    return int.from_bytes(hashlib.blake2b(prefix + replica.encode(), digest_size=8).digest())
+class Router:
+    """Power of two choices with prefix affinity per engine slot, or (`round_robin`,
+    the baseline the routing benchmark compares with) each replica in turn, load
+    unseen."""
+
+    def __init__(self, rng: random.Random, round_robin: bool = False) -> None:
+        self._rng = rng
+        self._round_robin = round_robin
+        self._turn: dict[str, int] = {}
+        self._prefixes: OrderedDict[tuple[str, bytes], str] = OrderedDict()
+
+    def choose(
+        self, slot: str, candidates: Sequence[ReplicaLoad], prefix: bytes | None
+    ) -> ReplicaLoad:
+        assert candidates, "a choice needs at least one candidate"
+        if self._round_robin:
+            ordered = sorted(candidates, key=lambda c: c.replica)
+            turn = self._turn.get(slot, 0)
+            self._turn[slot] = turn + 1
+            return ordered[turn % len(ordered)]
+        if prefix is None:
+            return less_loaded_of_two(candidates, self._rng)
+        key = (slot, prefix)
+        choice = less_loaded_of_two(candidates, self._rng)
+        where = self._prefixes.get(key)
+        least = min(c.score for c in candidates)
+        for c in candidates:
+            if c.replica == where and c.score <= least + AFFINITY_SLACK:
+                choice = c
+        self._prefixes[key] = choice.replica
+        self._prefixes.move_to_end(key)
+        if len(self._prefixes) > PREFIX_MEMORY:
+            self._prefixes.popitem(last=False)
+        return choice

@@ -29,6 +29,7 @@ class Replica:
     slots: dict[str, SlotReport] = field(default_factory=dict)
     suspect_until_ts: float = 0.0
     in_flight: dict[str, int] = field(default_factory=dict)  # by slot key
+    pending_prompt: dict[str, int] = field(default_factory=dict)  # tokens, by slot key
 
     def up(self, now_ts: float) -> bool:
         return (
@@ -49,6 +50,8 @@ class Replica:
             self.in_flight.get(slot_key, 0),
             report.limits.max_num_seqs,
             stats.kv_cache_usage if stats else 0.0,
+            self.pending_prompt.get(slot_key, 0),
+            report.prefill_tokens_per_s,
         )
 
 
@@ -67,6 +70,7 @@ class WorkerRegistry:
             req.pid,
             now,
             in_flight=old.in_flight if old else {},
+            pending_prompt=old.pending_prompt if old else {},
         )
         self.replicas[req.worker_id] = replica
         return replica

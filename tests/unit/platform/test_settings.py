@@ -15,6 +15,8 @@ def test_defaults_serve_both_bundled_models_on_localhost() -> None:
     assert s.models == ("smollm2-135m-instruct", "all-minilm-l6-v2")
     assert s.resolved_database_url.startswith("sqlite+aiosqlite:///")
     assert s.resolved_database_url.endswith("/.vigil/vigil.db")
+    assert (s.workers, s.routing) == (1, "p2c")
+    assert serve_settings({}, env={"VIGIL_ROUTING": "round_robin"}).routing == "round_robin"
 
 
 def test_flag_beats_environment_beats_default() -> None:
@@ -55,6 +57,7 @@ def test_parse_bytes(text: str, expected: int) -> None:
         ({"port": "eighty"}, "port"),
         ({"max_num_seqs": "0"}, "max_num_seqs"),
         ({"kv_cache_memory": "lots"}, "size in bytes"),
+        ({"routing": "random"}, "routing must be 'p2c' or 'round_robin'"),
     ],
 )
 def test_bad_values_name_the_setting(flags: dict[str, object], mentions: str) -> None:
