@@ -28,6 +28,7 @@ from vigil.platform.telemetry.metrics import EngineSnapshot
 from vigil.platform.worker.protocol import SlotSpec, VersionWire
 
 LONG_POOL_SUFFIX = "#long"
+LOADED_NOT_READY = 0.99  # the progress of a version loaded on a worker, not yet served
 
 
 def engine_slots(deployments: list[DeploymentSpec], embed: list[VersionRef]) -> list[SlotSpec]:
@@ -171,6 +172,27 @@ class ModelDirectory:
             else:
                 states[version.key] = "loading"
         return states
+
+    def serving_ready(self, states: dict[str, str]) -> bool:
+        """Every deployment's serving version and every embedding model is ready (a
+        version still rolling out, such as a canary loading, does not count)."""
+        serving = [self._serving.get(d.name, d.stable) for d in self.deployments.values()]
+        keys = [v.key for v in [*serving, *self.embed.values()]]
+        return bool(keys) and all(states.get(key) == "ready" for key in keys)
+
+    def version_progress(self) -> dict[str, float]:
+        """model@version -> how far its load has come (0-1), on the worker furthest
+        along, for the versions still loading. Under 1 until it is ready: after the
+        worker, the gateway loads the version's tokenizer."""
+        states = self.version_states()
+        return {
+            key: min(
+                LOADED_NOT_READY,
+                max((r.progress for r in self.registry.slot_states(key)), default=0.0),
+            )
+            for key, state in states.items()
+            if state == "loading"
+        }
 
     def version_error(self, key: str) -> str | None:
         errors = [r.error for r in self.registry.slot_states(key) if r.error]

@@ -30,6 +30,7 @@ from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig, BatchRecord
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.embedder import load_embedding_model
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
+from vigil.engine.loaders.progress import report_progress
 from vigil.engine.stats import StepStats
 from vigil.platform.control.specs import VersionRef
 from vigil.platform.settings import EngineSettings
@@ -40,6 +41,7 @@ DEFAULT_CPU_KV_BYTES = 1 << 30
 DEFAULT_CUDA_KV_FRACTION = 0.8
 EWMA_ALPHA = 0.2
 PREFILL_WINDOW = 16  # steps
+LOAD_WEIGHTS_SHARE = 0.9  # of a version's load progress: reading its weights
 # A decode step time older than this says nothing about streams running now (an idle
 # engine must not keep shedding on the memory of a busy minute).
 DECODE_STALE_S = 2.0
@@ -212,7 +214,7 @@ class WorkerRuntime:
         log.info("loading %s from %s", version.key, version.artifact)
         try:
             async with self._lock:  # one load at a time: memory and cores are shared
-                engines = await asyncio.to_thread(self._build, version, dtype, slots)
+                engines = await asyncio.to_thread(self._build_reporting, version, dtype, slots)
             for slot in slots:
                 slot.engine, slot.embedder = engines.get(slot.spec.key, (None, None))
                 if slot.engine is not None:
@@ -235,6 +237,24 @@ class WorkerRuntime:
                 slot.state, slot.error = SlotState.FAILED, str(exc)
         finally:
             self._loading.pop(version.key, None)
+
+    def _build_reporting(
+        self, version: VersionRef, dtype: torch.dtype, slots: list[Slot]
+    ) -> dict[str, tuple[AsyncLLMEngine | None, AsyncEmbedder | None]]:
+        """_build, with the weights read so far as the slots' progress (up to 0.9: the
+        rest is building the engines and warming up), logged at every quarter."""
+        logged = [0]
+
+        def on_progress(fraction: float) -> None:
+            for slot in slots:
+                slot.progress = max(slot.progress, LOAD_WEIGHTS_SHARE * fraction)
+            quarter = int(fraction * 4)
+            if quarter > logged[0]:
+                logged[0] = quarter
+                log.info("loading %s: %d%% of the weights read", version.key, quarter * 25)
+
+        with report_progress(on_progress):
+            return self._build(version, dtype, slots)
 
     def _build(
         self, version: VersionRef, dtype: torch.dtype, slots: list[Slot]

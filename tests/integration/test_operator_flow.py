@@ -111,14 +111,19 @@ def test_canary_promote_and_rollback_seen_in_responses_and_audit(cluster: Any) -
         cluster, "POST", f"/deployments/{MODEL}/canary", {"version": "warm", "weight": 10}
     )
     assert canary.status_code == 200, canary.text
-    # Traffic moves only once a worker has the canary ready.
-    wait_for(
-        lambda: (
-            httpx.get(f"{cluster.base_url}/readyz").json()["versions"].get(f"{MODEL}@warm")
-            == "ready"
-        ),
-        "the canary version to load",
-    )
+    # The canary loads with its progress in /readyz, which stays ready meanwhile (the
+    # stable version serves); traffic moves only once a worker has the canary ready.
+    probes: list[httpx.Response] = []
+
+    def canary_ready() -> bool:
+        probes.append(httpx.get(f"{cluster.base_url}/readyz"))
+        return bool(probes[-1].json()["versions"].get(f"{MODEL}@warm") == "ready")
+
+    wait_for(canary_ready, "the canary version to load")
+    assert all(p.status_code == 200 for p in probes)
+    progress = [p.json()["progress"][f"{MODEL}@warm"] for p in probes if "progress" in p.json()]
+    assert progress and all(0 <= f < 1 for f in progress)
+    assert progress == sorted(progress)
     versions = served_by(cluster, 200)
     assert versions.count("warm") == 20  # exactly 10% of every 100, by design
     assert versions.count(BUNDLED) == 180

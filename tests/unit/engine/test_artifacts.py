@@ -14,6 +14,7 @@ from vigil.engine.artifacts import (
     verify_checksum,
 )
 from vigil.engine.bundled import ModelFormat, ModelKind
+from vigil.engine.loaders.progress import progress, report_progress
 
 
 def test_folder_checksum_changes_with_any_file(tmp_path: Path) -> None:
@@ -68,3 +69,12 @@ def test_unusable_artifacts_say_why(
 ) -> None:
     with pytest.raises(ArtifactError, match=mentions):
         resolve_artifact("m", "1", artifact, kind, fmt)
+
+
+def test_loading_loops_report_their_progress_to_a_listener() -> None:
+    seen: list[float] = []
+    with report_progress(seen.append):
+        assert list(progress(["a", "b", "c", "d"], "loading", unit="tensor")) == list("abcd")
+    assert seen == [0.25, 0.5, 0.75, 1.0]
+    list(progress(["e"], "loading", unit="tensor"))  # outside the block: nobody listens
+    assert seen == [0.25, 0.5, 0.75, 1.0]
