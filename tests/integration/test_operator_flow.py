@@ -128,10 +128,15 @@ def test_canary_promote_and_rollback_seen_in_responses_and_audit(cluster: Any) -
     assert versions.count("warm") == 20  # exactly 10% of every 100, by design
     assert versions.count(BUNDLED) == 180
 
+    # A stream running on the old stable version when the canary is promoted finishes
+    # there: the version is drained, not dropped.
+    running = Stream(cluster, max_tokens=40)
+    assert running.served_by == BUNDLED  # the split is exact: the 201st goes to stable
     revision = admin(cluster, "GET", f"/deployments/{MODEL}").json()["revision"]
     promoted = admin(cluster, "POST", f"/deployments/{MODEL}/promote", {"revision": revision})
     assert promoted.status_code == 200, promoted.text
     assert set(served_by(cluster, 20)) == {"warm"}
+    assert running.finish() == (40, "length")
 
     back = admin(
         cluster, "POST", f"/deployments/{MODEL}/canary", {"version": BUNDLED, "weight": 50}
@@ -151,6 +156,42 @@ def test_canary_promote_and_rollback_seen_in_responses_and_audit(cluster: Any) -
     ]
     versions_audit = admin(cluster, "GET", "/audit?entity_type=version&limit=20").json()
     assert any(e["action"] == "version.register" and e["actor"] == "ops" for e in versions_audit)
+
+
+class Stream:
+    """A streamed chat completion read in a thread; `served_by` once the headers came."""
+
+    def __init__(self, server: Any, max_tokens: int) -> None:
+        self.body = {
+            "model": MODEL,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "Tell me a long story."}],
+        }
+        self.url = f"{server.base_url}/v1/chat/completions"
+        self.chunks: list[dict[str, Any]] = []
+        self.headers = threading.Event()
+        self.served_by = ""
+        self.thread = threading.Thread(target=self._read)
+        self.thread.start()
+        assert self.headers.wait(60)
+
+    def _read(self) -> None:
+        with httpx.stream("POST", self.url, json=self.body, timeout=120) as r:
+            self.served_by = r.headers["x-vigil-served-by"].split("/", 1)[1]
+            self.headers.set()
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    self.chunks.append(json.loads(line[6:]))
+
+    def finish(self) -> tuple[int, str]:
+        """(completion tokens, finish reason) once the stream has ended."""
+        self.thread.join(120)
+        usage = self.chunks[-1]["usage"]
+        reasons = [c["choices"][0]["finish_reason"] for c in self.chunks if c["choices"]]
+        return usage["completion_tokens"], reasons[-1]
 
 
 def worker_pid(server: Any, worker_id: str) -> int:
