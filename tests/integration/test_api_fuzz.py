@@ -192,6 +192,22 @@ def test_schema_documents_openai_errors_and_event_streams(api_schema: Any) -> No
                     body = response["content"]["application/json"]["schema"]
                     error = body["properties"]["error"]
                     assert error["required"] == ["message", "type", "param", "code"]
+    # The admin API documents the same error body, 400 included on every operation
+    # (a malformed request reaches any of them), never the framework's default one.
+    for path, item in paths.items():
+        if not path.startswith("/api/admin/"):
+            continue
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert {"400", "401", "403"} <= set(responses), (method, path)
+            for status, response in responses.items():
+                if status.startswith(("4", "5")):
+                    body = response["content"]["application/json"]["schema"]
+                    if "$ref" in body:  # "#/components/schemas/<name>"
+                        body = api_schema.raw_schema["components"]["schemas"][
+                            body["$ref"].rsplit("/", 1)[1]
+                        ]
+                    assert "error" in body["properties"], (method, path, status)
     for path in ("/v1/chat/completions", "/v1/completions"):
         ok = paths[path]["post"]["responses"]["200"]
         assert set(ok["content"]) == {"application/json", "text/event-stream"}

@@ -19,8 +19,10 @@ _DESCRIPTIONS = {
 
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
-    """401 and 403 always, and the statuses given."""
+    """400, 401 and 403 always (any request can be malformed: a bad path parameter or
+    Host header), and the statuses given. Documenting 400 here also keeps the
+    framework's own 400 body, which the API never sends, out of the schema."""
     return {
         status: ResponseSpec(ErrorBody, description=_DESCRIPTIONS[status])
-        for status in sorted({401, 403, *statuses})
+        for status in sorted({400, 401, 403, *statuses})
     }
