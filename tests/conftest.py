@@ -158,6 +158,25 @@ def running_vigil(data_dir: pathlib.Path, *args: str) -> Iterator[RunningServer]
             proc.wait()
 
 
+def _create_user(data_dir: pathlib.Path, username: str, password: str, role: str) -> None:
+    """A control-plane user, made the way an operator makes one (`vigil admin create`)."""
+    vigil = pathlib.Path(sys.executable).with_name("vigil")
+    cmd = [str(vigil), "admin", "create", "--username", username, "--role", role]
+    subprocess.run(
+        [*cmd, "--password-stdin", "--data-dir", str(data_dir)],
+        input=password,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def create_user():  # type: ignore[no-untyped-def]
+    """`_create_user`, for tests whose server needs a user before it starts."""
+    return _create_user
+
+
 @pytest.fixture(scope="session")
 def launch_vigil():  # type: ignore[no-untyped-def]
     """`running_vigil` for tests that need a server of their own."""

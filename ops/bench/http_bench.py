@@ -14,16 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import torch
+from serve import vigil_serve
 
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import SMOLLM2, bundled_source
@@ -100,40 +96,18 @@ def run_engine(concurrency: int, tokens: int, runs: int) -> list[tuple[float, li
 def run_http(
     concurrency: int, tokens: int, runs: int, threads: int
 ) -> list[tuple[float, list[float]]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     cfg = engine_config(concurrency)
-    vigil = Path(sys.executable).with_name("vigil")
-    proc = subprocess.Popen(
-        [
-            str(vigil),
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            tempfile.mkdtemp(),
-            "--models",
-            SMOLLM2,
-            "--torch-threads",
-            str(threads),
-            "--log-level",
-            "warning",
-            "--max-num-seqs",
-            str(cfg.max_num_seqs),
-            "--max-num-batched-tokens",
-            str(cfg.max_num_batched_tokens),
-        ]
+    flags = (
+        "--models",
+        SMOLLM2,
+        "--torch-threads",
+        str(threads),
+        "--max-num-seqs",
+        str(cfg.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(cfg.max_num_batched_tokens),
     )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    with vigil_serve(*flags) as base:
 
         async def main() -> list[tuple[float, list[float]]]:
             results = []
@@ -171,9 +145,6 @@ def run_http(
             return results
 
         return asyncio.run(main())
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def main() -> None:

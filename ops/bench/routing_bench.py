@@ -20,16 +20,12 @@ import argparse
 import asyncio
 import json
 import random
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
+from serve import vigil_serve
 
 MODEL = "smollm2-135m-instruct"
 SENTENCE = (
@@ -65,51 +61,6 @@ def workload(n: int, rate: float, seed: int) -> list[Job]:
         body = SENTENCE * (24 if long else 1)
         jobs.append(Job(t, long, f"Request {rate}-{i}. {body}Go on.", 96 if long else 16))
     return jobs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(routing: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    vigil = Path(sys.executable).with_name("vigil")
-    proc = subprocess.Popen(
-        [
-            str(vigil),
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            tempfile.mkdtemp(),
-            "--models",
-            MODEL,
-            "--workers",
-            "2",
-            "--routing",
-            routing,
-            "--torch-threads",
-            "1",
-            "--log-level",
-            "warning",
-        ]
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(f"{base}/readyz", timeout=1)
-            metrics = httpx.get(f"{base}/metrics", timeout=1).text.splitlines()
-            workers = sum(line.startswith("vigil_requests_running{") for line in metrics)
-            if r.status_code == 200 and workers >= 2:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    proc.terminate()
-    raise SystemExit(f"vigil serve --routing {routing} did not get 2 workers ready in 300 s")
 
 
 async def send(client: httpx.AsyncClient, job: Job, t_start: float) -> Outcome:
@@ -170,13 +121,10 @@ def main() -> None:
     )
     rows: dict[tuple[float, str], tuple[list[Outcome], float]] = {}
     for routing in ("round_robin", "p2c"):
-        proc, base = start_server(routing)
-        try:
+        flags = ("--models", MODEL, "--routing", routing, "--torch-threads", "1")
+        with vigil_serve(*flags, workers=2) as base:
             for rate in rates:
                 rows[rate, routing] = asyncio.run(run_workload(base, workloads[rate]))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
     print(
         f"{'req/s':>5} {'routing':<12} {'ok':>4} {'429':>4} "
         f"{'p50 TTFT ms':>11} {'p99 TTFT ms':>11} "

@@ -44,7 +44,7 @@ async def readyz(models: ModelDirectory) -> Response[Readiness]:
     """Ready while every deployment can serve; versions rolling out (a canary, a new
     stable) are listed with their load progress or error without changing that."""
     versions = models.version_states()
-    progress = {key: round(p, 3) for key, p in models.version_progress().items()}
+    progress = {key: round(p, 3) for key, p in models.version_progress(versions).items()}
     errors = {
         key: error for key in versions for error in [models.version_error(key)] if error is not None
     }

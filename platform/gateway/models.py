@@ -180,11 +180,10 @@ class ModelDirectory:
         keys = [v.key for v in [*serving, *self.embed.values()]]
         return bool(keys) and all(states.get(key) == "ready" for key in keys)
 
-    def version_progress(self) -> dict[str, float]:
+    def version_progress(self, states: dict[str, str]) -> dict[str, float]:
         """model@version -> how far its load has come (0-1), on the worker furthest
-        along, for the versions still loading. Under 1 until it is ready: after the
-        worker, the gateway loads the version's tokenizer."""
-        states = self.version_states()
+        along, for the versions `states` (version_states) says are loading. Under 1
+        until it is ready: after the worker, the gateway loads the version's tokenizer."""
         return {
             key: min(
                 LOADED_NOT_READY,

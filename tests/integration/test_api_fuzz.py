@@ -16,10 +16,7 @@ invalid, through the same checks.
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,28 +81,10 @@ CHECKS = [
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory, launch_vigil) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+def fuzz_server(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     data_dir = tmp_path_factory.mktemp("fuzz")
     (data_dir / "vigil.toml").write_text(CONFIG)
-    vigil = Path(sys.executable).with_name("vigil")
-    subprocess.run(
-        [
-            str(vigil),
-            "admin",
-            "create",
-            "--username",
-            ADMIN[0],
-            "--role",
-            "admin",
-            "--password-stdin",
-            "--data-dir",
-            str(data_dir),
-        ],
-        input=ADMIN[1],
-        text=True,
-        check=True,
-        capture_output=True,
-    )
+    create_user(data_dir, *ADMIN, role="admin")
     with launch_vigil(data_dir, "--config", str(data_dir / "vigil.toml")) as server:
         yield server
 

@@ -11,12 +11,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,27 +28,9 @@ OPERATOR = ("ops", "ops-password-1")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, launch_vigil) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+def cluster(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     data_dir = tmp_path_factory.mktemp("cluster")
-    vigil = Path(sys.executable).with_name("vigil")
-    subprocess.run(
-        [
-            str(vigil),
-            "admin",
-            "create",
-            "--username",
-            OPERATOR[0],
-            "--role",
-            "operator",
-            "--password-stdin",
-            "--data-dir",
-            str(data_dir),
-        ],
-        input=OPERATOR[1],
-        text=True,
-        check=True,
-        capture_output=True,
-    )
+    create_user(data_dir, *OPERATOR, role="operator")
     flags = ["--workers", "2", "--kv-cache-memory", "96MiB", "--models", MODEL]
     with launch_vigil(data_dir, *flags) as server:
         wait_for(lambda: len(replicas(server.base_url)) == 2, "two workers serving")

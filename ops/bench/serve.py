@@ -1,0 +1,56 @@
+"""`vigil serve` for the benchmarks: a real server on a free port with a fresh data dir."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def vigil_serve(*flags: str, workers: int = 1, timeout_s: float = 300) -> Iterator[str]:
+    """The server's base URL once /readyz says ready and `workers` workers report their
+    engines (the first ready one makes /readyz 200); the server is stopped on exit."""
+    port = free_port()
+    vigil = Path(sys.executable).with_name("vigil")
+    cmd = [str(vigil), "serve", "--port", str(port), "--data-dir", tempfile.mkdtemp()]
+    proc = subprocess.Popen([*cmd, "--workers", str(workers), "--log-level", "warning", *flags])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not _ready(base, workers):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"vigil serve {' '.join(flags)}: not ready in {timeout_s} s")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def _ready(base: str, workers: int) -> bool:
+    try:
+        if httpx.get(f"{base}/readyz", timeout=1).status_code != 200:
+            return False
+        metrics = httpx.get(f"{base}/metrics", timeout=1).text.splitlines()
+    except httpx.TransportError:
+        return False
+    engines = {
+        line.split('replica="')[1].split('"')[0]
+        for line in metrics
+        if line.startswith("vigil_requests_running{")
+    }
+    return len(engines) >= workers
