@@ -15,6 +15,19 @@ class Priority(IntEnum):
     INTERACTIVE = 0
     BATCH = 1
 
+    @property
+    def label(self) -> str:
+        """How the class is spelled everywhere outside the engine: in the database,
+        headers, flags, config files and metric labels."""
+        return self.name.lower()
+
+    @classmethod
+    def from_label(cls, label: str) -> Priority | None:
+        return _PRIORITY_LABELS.get(label)
+
+
+_PRIORITY_LABELS = {p.label: p for p in Priority}
+
 
 class FinishReason(StrEnum):
     STOP = "stop"  # EOS token or a stop string

@@ -18,11 +18,11 @@ from litestar.template import TemplateConfig
 
 import vigil.web
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
+from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.internal import WorkerController
 from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
-from vigil.platform.errors import EXCEPTION_HANDLERS
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
 from vigil.platform.services import Services, live_gauges

@@ -260,7 +260,7 @@ async def _run_keys_command(url: str, args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace) -> int:
     from vigil.platform.control.migrate import migrate
-    from vigil.platform.errors import APIError
+    from vigil.platform.errors import VigilError
 
     try:
         password = _read_password(args.password_stdin)
@@ -272,7 +272,7 @@ def _admin(args: argparse.Namespace) -> int:
     migrate(url)
     try:
         return asyncio.run(_create_user(url, args.username, password, args.role))
-    except APIError as exc:
+    except VigilError as exc:
         print(f"vigil: {exc.message}", file=sys.stderr)
         return 2
 

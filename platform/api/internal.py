@@ -16,7 +16,9 @@ from vigil.platform.worker.protocol import Assignment, Heartbeat, RegisterReques
 
 async def _worker_token(request: Request[Any, Any, Any], services: Services) -> None:
     if request.headers.get("authorization") != f"Bearer {services.worker_token}":
-        raise Unauthorized("worker calls need the worker token", code="invalid_worker_token")
+        raise Unauthorized(
+            "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
+        )
 
 
 class WorkerController(Controller):

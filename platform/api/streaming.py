@@ -17,6 +17,7 @@ from typing import TypeVar
 import msgspec
 
 from vigil.engine.request import EngineEvent, FinishEvent, FinishReason
+from vigil.platform.api.errors import body_of
 from vigil.platform.api.openai_schemas import (
     SSE_DONE,
     ChatChunkChoice,
@@ -28,7 +29,7 @@ from vigil.platform.api.openai_schemas import (
     Usage,
     sse,
 )
-from vigil.platform.errors import APIError, error_body
+from vigil.platform.errors import EngineFailed, QueueTimeout, VigilError
 from vigil.platform.gateway.generation import GenerationService, PreparedGeneration
 
 FINISH_REASONS: dict[FinishReason, FinishReasonName] = {
@@ -40,28 +41,14 @@ SSE_KEEPALIVE = b": keep-alive\n\n"
 T = TypeVar("T")
 
 
-class EngineFailed(APIError):
-    status_code = 500
-    error_type = "server_error"
-
-
-class QueueTimeout(APIError):
-    """The request waited in the queue past its deadline and never started: 503 with
-    Retry-After, since the server is overloaded now and the same request may succeed
-    later."""
-
-    status_code = 503
-    error_type = "service_unavailable_error"
-
-
-def failure(event: FinishEvent) -> APIError:
+def failure(event: FinishEvent) -> VigilError:
     if event.reason is FinishReason.TIMEOUT:
         end = event.clock.finished_ts or time.monotonic()
         return QueueTimeout(
             f"The request waited {end - event.clock.arrival_ts:.1f} s in the queue without "
             "starting and was dropped; the server is overloaded, retry later.",
             code="queue_timeout",
-            headers={"Retry-After": "1"},
+            retry_after_s=1,
         )
     return EngineFailed(event.error or "the engine stopped the request", code="engine_error")
 
@@ -189,7 +176,7 @@ def _final(
     error event instead when the request failed after the stream began."""
     if event.reason not in FINISH_REASONS:
         error = failure(event)
-        return sse(error_body(error.message, error.error_type, None, error.code))
+        return sse(body_of(error))
     if not include_usage:
         return sse(last_chunk)
     usage_chunk = msgspec.structs.replace(last_chunk, choices=[], usage=usage_of(event))

@@ -14,7 +14,7 @@ from vigil.platform.control.api_keys import (
     ApiKeyService,
 )
 from vigil.platform.control.audit import OnChange
-from vigil.platform.errors import APIError, Conflict, InvalidRequest, NotFound
+from vigil.platform.errors import Conflict, InvalidRequest, NotFound, VigilError
 
 
 class KeyAdminService:
@@ -53,7 +53,7 @@ class KeyAdminService:
         return record
 
 
-def _api_error(exc: ApiKeyError) -> APIError:
+def _api_error(exc: ApiKeyError) -> VigilError:
     if isinstance(exc, ApiKeyNotFound):
         return NotFound(str(exc), param="name", code="key_not_found")
     if isinstance(exc, ApiKeyConflict):

@@ -20,7 +20,6 @@ from enum import StrEnum
 from vigil.engine.request import Priority
 from vigil.platform.control.api_keys import (
     KEY_PREFIX,
-    PRIORITY_NAMES,
     ApiKeyRecord,
     ApiKeyService,
     hash_key,
@@ -29,7 +28,6 @@ from vigil.platform.errors import InvalidRequest, RateLimited, Unauthorized
 
 PRIORITY_HEADER = "x-vigil-priority"
 MAX_CACHED_KEYS = 10_000  # bounds memory when a client sends many different bad keys
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="vigil"'}
 
 
 class AuthMode(StrEnum):
@@ -63,7 +61,7 @@ def requested_priority(header: str | None) -> Priority | None:
     """The class the x-vigil-priority header asks for; None when it is absent."""
     if header is None:
         return None
-    priority = PRIORITY_NAMES.get(header.strip().lower())
+    priority = Priority.from_label(header.strip().lower())
     if priority is None:
         shown = header if len(header) <= 40 else header[:40] + "..."
         raise InvalidRequest(
@@ -146,7 +144,7 @@ class Authenticator:
                     "This server needs an API key: send it as 'Authorization: Bearer <key>'. "
                     "An operator creates one with `vigil keys create --name NAME`.",
                     code="missing_api_key",
-                    headers=dict(_CHALLENGE),
+                    scheme="Bearer",
                 )
             priority = effective_priority(ANONYMOUS.priority, requested_priority(priority_header))
             return Principal(None, priority, None)
@@ -170,14 +168,14 @@ class Authenticator:
             raise Unauthorized(
                 "The Authorization header must be 'Bearer <key>'.",
                 code="invalid_api_key",
-                headers=dict(_CHALLENGE),
+                scheme="Bearer",
             )
         record = await self._lookup(token)
         if record is None:
             raise Unauthorized(
                 "The API key is unknown or has been revoked.",
                 code="invalid_api_key",
-                headers=dict(_CHALLENGE),
+                scheme="Bearer",
             )
         return record
 
@@ -196,7 +194,7 @@ class Authenticator:
                 f"The API key '{record.name}' may send {limit} requests a minute; "
                 f"retry in {seconds} s.",
                 code="rate_limit_exceeded",
-                headers={"Retry-After": str(seconds)},
+                retry_after_s=seconds,
             )
 
     async def _lookup(self, token: str) -> ApiKeyRecord | None:

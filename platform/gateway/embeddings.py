@@ -11,7 +11,7 @@ from vigil.platform.api.openai_schemas import (
     EmbeddingRequest,
     EmbeddingUsage,
 )
-from vigil.platform.errors import APIError, PermissionDenied
+from vigil.platform.errors import PermissionDenied, VigilError
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.models import ModelDirectory
 from vigil.platform.telemetry.recorder import RequestRecorder
@@ -38,7 +38,7 @@ class EmbeddingService:
         try:
             result = await embedder.embed(body.texts())
             num_tokens, ok = result.num_tokens, True
-        except APIError as exc:
+        except VigilError as exc:
             if single and exc.param == "input[0]":
                 exc.param = "input"  # the client sent one string, not a list
                 exc.message = exc.message.replace("input[0]", "'input'")

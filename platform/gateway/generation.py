@@ -252,7 +252,7 @@ def _shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
     return RateLimited(
         f"The deployment '{spec.name}' is overloaded: {why}. Retry in {retry} s.",
         code=f"overloaded_{admission.reason.value}",
-        headers={"Retry-After": str(retry)},
+        retry_after_s=retry,
     )
 
 

@@ -238,7 +238,7 @@ class ModelDirectory:
             raise ServiceUnavailable(
                 f"The model version '{version.key}' is still loading; retry shortly.",
                 code="model_loading",
-                headers={"Retry-After": "5"},
+                retry_after_s=5,
             )
         return tokenizer
 
@@ -319,7 +319,7 @@ class ModelDirectory:
         raise ServiceUnavailable(
             f"The model version '{key}' is not ready on any worker yet; retry shortly.",
             code="model_loading",
-            headers={"Retry-After": "5"},
+            retry_after_s=5,
         )
 
     def snapshots(self) -> list[EngineSnapshot]:

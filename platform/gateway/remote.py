@@ -25,7 +25,7 @@ from vigil.engine.request import (
     RequestClock,
     TokenEvent,
 )
-from vigil.platform.errors import APIError, InvalidRequest, ServiceUnavailable
+from vigil.platform.errors import InvalidRequest, ServiceUnavailable, VigilError
 from vigil.platform.worker.protocol import (
     EmbedCall,
     EmbedResult,
@@ -154,7 +154,7 @@ def _finish(event: FinishWire, clock: RequestClock, now: float) -> FinishEvent:
     )
 
 
-def _worker_error(status: int, body: bytes) -> APIError:
+def _worker_error(status: int, body: bytes) -> VigilError:
     """A worker's error answer, passed on as the same kind of error."""
     try:
         error = msgspec.json.decode(body)["error"]
@@ -196,7 +196,7 @@ class RemoteEmbedder:
             raise ServiceUnavailable(
                 f"worker {self.replica} failed: {type(exc).__name__}",
                 code="worker_failed",
-                headers={"Retry-After": "1"},
+                retry_after_s=1,
             ) from exc
         if response.status_code != 200:
             raise _worker_error(response.status_code, response.content)

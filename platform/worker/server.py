@@ -35,12 +35,8 @@ from vigil.engine.request import (
     RequestId,
     TokenEvent,
 )
-from vigil.platform.errors import (
-    EXCEPTION_HANDLERS,
-    InvalidRequest,
-    ServiceUnavailable,
-    Unauthorized,
-)
+from vigil.platform.api.errors import EXCEPTION_HANDLERS
+from vigil.platform.errors import InvalidRequest, ServiceUnavailable, Unauthorized
 from vigil.platform.settings import WorkerSettings
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.worker.protocol import (
@@ -167,7 +163,9 @@ async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
 def build_worker_app(runtime: WorkerRuntime, token: str, registry: CollectorRegistry) -> Litestar:
     async def guard(request: Request[Any, Any, Any]) -> None:
         if request.headers.get("authorization") != f"Bearer {token}":
-            raise Unauthorized("worker calls need the worker token", code="invalid_worker_token")
+            raise Unauthorized(
+                "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
+            )
 
     @post("/internal/generate", status_code=200)
     async def generate(data: GenerateCall, _auth: None) -> Stream:

@@ -20,7 +20,6 @@ from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.users import Role, UserRecord
 from vigil.platform.errors import PermissionDenied, Unauthorized
 
-CHALLENGE = {"WWW-Authenticate": 'Basic realm="vigil", charset="UTF-8"'}
 _STATE_KEY = "admin_user"
 
 
@@ -50,14 +49,14 @@ def admin_guard(plane: ControlPlane) -> Guard:
                 "('Authorization: Basic base64(username:password)'); an admin creates users "
                 "with `vigil admin create --username NAME` or POST /api/admin/users.",
                 code="missing_credentials",
-                headers=dict(CHALLENGE),
+                scheme="Basic",
             )
         user = await plane.users.authenticate(*credentials)
         if user is None:
             raise Unauthorized(
                 "Wrong username or password, or the user is disabled.",
                 code="invalid_credentials",
-                headers=dict(CHALLENGE),
+                scheme="Basic",
             )
         needed = Role(handler.opt.get("role", Role.VIEWER))
         if not user.may(needed):

@@ -21,12 +21,12 @@ from litestar.testing import AsyncTestClient
 from vigil.engine.artifacts import artifact_checksum
 from vigil.engine.bundled import MINILM, SMOLLM2, bundled_source
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
+from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.control.users import Role
-from vigil.platform.errors import EXCEPTION_HANDLERS
 
 BUNDLED = bundled_version(SMOLLM2)
 DEPLOYMENT = f"/api/admin/deployments/{SMOLLM2}"

@@ -86,9 +86,9 @@ async def test_keys_mode_refuses_a_request_without_a_key_and_says_how_to_send_on
     auth = authenticator(keys, clock, AuthMode.KEYS)
     with pytest.raises(Unauthorized) as caught:
         await auth.authenticate(None, None)
-    assert caught.value.status_code == 401 and caught.value.code == "missing_api_key"
+    assert caught.value.code == "missing_api_key"
     assert "Authorization: Bearer <key>" in caught.value.message
-    assert caught.value.headers["WWW-Authenticate"].startswith("Bearer")
+    assert caught.value.scheme == "Bearer"
 
 
 async def test_a_mode_given_as_a_plain_string_is_enforced(
@@ -218,12 +218,12 @@ async def test_a_key_over_its_rate_limit_gets_429_with_retry_after(
     await auth.authenticate(header, None)
     with pytest.raises(RateLimited) as caught:
         await auth.authenticate(header, None)
-    assert caught.value.status_code == 429 and caught.value.code == "rate_limit_exceeded"
-    assert caught.value.headers == {"Retry-After": "30"}
+    assert caught.value.code == "rate_limit_exceeded"
+    assert caught.value.retry_after_s == 30
     clock.now_ts += 29.0
     with pytest.raises(RateLimited) as caught:
         await auth.authenticate(header, None)
-    assert caught.value.headers == {"Retry-After": "1"}
+    assert caught.value.retry_after_s == 1
     clock.now_ts += 1.0
     assert (await auth.authenticate(header, None)).key_name == "slow"
 
@@ -277,7 +277,7 @@ async def test_an_unknown_priority_is_a_400_naming_the_header(
     auth = authenticator(keys, clock, AuthMode.OPEN)
     with pytest.raises(InvalidRequest) as caught:
         await auth.authenticate(None, value)
-    assert caught.value.status_code == 400 and caught.value.param == "x-vigil-priority"
+    assert caught.value.param == "x-vigil-priority"
     assert "'interactive' or 'batch'" in caught.value.message
 
 

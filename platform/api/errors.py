@@ -1,0 +1,165 @@
+"""Every error a client sees, mapped to HTTP in one place (OpenAI's error body).
+
+Vigil's own errors (vigil.platform.errors) get a status and an OpenAI error type by
+their kind; Litestar's validation and routing errors are translated to the same body,
+so that every 4xx says what to fix in one shape:
+`{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.types import ExceptionHandlersMap
+
+from vigil.platform.api.openai_schemas import ErrorBody, ErrorDetail
+from vigil.platform.errors import (
+    Conflict,
+    EngineFailed,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    ServiceUnavailable,
+    Unauthorized,
+    VigilError,
+)
+
+log = logging.getLogger(__name__)
+
+_FIELD = re.compile(r"field `([^`]+)`")
+_CHALLENGES = {
+    "Basic": 'Basic realm="vigil", charset="UTF-8"',
+    "Bearer": 'Bearer realm="vigil"',
+}
+
+# Most specific first: the first class an error is an instance of decides.
+_STATUS: tuple[tuple[type[VigilError], int, str], ...] = (
+    (ModelNotFound, 404, "invalid_request_error"),
+    (NotFound, 404, "not_found_error"),
+    (Conflict, 409, "conflict_error"),
+    (Unauthorized, 401, "authentication_error"),
+    (PermissionDenied, 403, "permission_error"),
+    (RateLimited, 429, "rate_limit_error"),
+    (ServiceUnavailable, 503, "service_unavailable_error"),
+    (EngineFailed, 500, "server_error"),
+    (InvalidRequest, 400, "invalid_request_error"),
+)
+
+
+def http_status(exc: VigilError) -> tuple[int, str]:
+    """The HTTP status and OpenAI error type of one of Vigil's errors."""
+    for kind, status, error_type in _STATUS:
+        if isinstance(exc, kind):
+            return status, error_type
+    return 400, "invalid_request_error"
+
+
+def error_body(message: str, error_type: str, param: str | None, code: str | None) -> ErrorBody:
+    return ErrorBody(ErrorDetail(message, error_type, param, code))
+
+
+def body_of(exc: VigilError) -> ErrorBody:
+    return error_body(exc.message, http_status(exc)[1], exc.param, exc.code)
+
+
+def _headers(exc: VigilError) -> dict[str, str]:
+    headers = {}
+    if exc.retry_after_s is not None:
+        headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = _CHALLENGES[exc.scheme]
+    return headers
+
+
+def _vigil_error_handler(_: Request[Any, Any, Any], exc: VigilError) -> Response[ErrorBody]:
+    status, error_type = http_status(exc)
+    return Response(
+        error_body(exc.message, error_type, exc.param, exc.code),
+        status_code=status,
+        headers=_headers(exc),
+    )
+
+
+def _validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> Response[ErrorBody]:
+    problems = exc.extra if isinstance(exc.extra, list) else []
+    first = problems[0] if problems and isinstance(problems[0], dict) else {}
+    key = first.get("key")
+    detail = str(first.get("message") or exc.detail)
+    param = None if key in (None, "data") else str(key)
+    if param is None and (named := _FIELD.search(detail)):
+        # msgspec names a missing or unknown top-level field only in its message.
+        param = named.group(1)
+    where = f" for '{param}'" if param else ""
+    message = f"Invalid request{where}: {detail}."
+    if key == "data" and detail == "'data'":  # Litestar's whole word on a missing body
+        message = "The request body is empty; send a JSON object."
+    if len(problems) > 1:
+        message += f" ({len(problems) - 1} more problem(s) in the request)"
+    return Response(
+        error_body(message, "invalid_request_error", param, "invalid_value"), status_code=400
+    )
+
+
+_HTTP_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def _http_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorBody]:
+    status = exc.status_code
+    if isinstance(exc.__cause__, SerializationException):
+        message = f"The request body is not valid JSON ({exc.detail}); send a JSON object."
+        return Response(
+            error_body(message, "invalid_request_error", None, "invalid_json"), status_code=400
+        )
+    if status >= 500:
+        log.error("server error: %s", exc.detail)
+    error_type = _HTTP_TYPES.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
+    message = str(exc.detail)
+    if status == 404 and message == "Not Found":
+        message = f"No endpoint at {request.url.path}; the API is listed at /schema/openapi.json."
+    elif status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}: {message}."
+    elif status == 413:
+        message = "The request body is larger than this server takes; split it over requests."
+    return Response(
+        error_body(message, error_type, None, None), status_code=status, headers=exc.headers
+    )
+
+
+def _unexpected_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    log.exception("unhandled error", exc_info=exc)
+    return Response(
+        error_body(
+            "The server failed to handle the request; it has been logged.",
+            "server_error",
+            None,
+            None,
+        ),
+        status_code=HTTP_500_INTERNAL_SERVER_ERROR,
+    )
+
+
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+    VigilError: _vigil_error_handler,
+    ValidationException: _validation_handler,
+    HTTPException: _http_handler,
+    Exception: _unexpected_handler,
+}
