@@ -82,8 +82,9 @@ class AsyncLLMEngine:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
         """Events for one request until its FinishEvent. Closing the iterator early
-        (a client that went away) aborts the request at the next step."""
-        self.core.check_request(request)
+        (a client that went away) aborts the request at the next step. A request the
+        engine cannot serve ends at once with an ERROR finish that says why (call
+        `check_request` first to refuse it before a response starts)."""
         rid = request.request_id
         events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         self._streams[rid] = events

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from vigil.engine.detokenizer import IncrementalDetokenizer
 from vigil.engine.kv_cache import BlockPool
+from vigil.engine.limits import ContextLimit, RequestRejected, fit_request
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.request import (
     EngineEvent,
@@ -53,10 +54,6 @@ class EngineConfig:
             raise ValueError("block_size and max_num_seqs must be at least 1")
 
 
-class RequestRejected(ValueError):
-    """A request the engine can never serve (it is bad input, not back-pressure)."""
-
-
 @dataclass(slots=True)
 class _Output:
     detok: IncrementalDetokenizer
@@ -96,24 +93,22 @@ class LLMEngine:
     def kv_capacity_tokens(self) -> int:
         return self.pool.num_blocks * self.config.block_size
 
+    @property
+    def context_tokens(self) -> int:
+        """The most prompt + output tokens one request may hold."""
+        return min(self.max_model_len, self.kv_capacity_tokens)
+
     def check_request(self, request: GenerationRequest) -> None:
         """Raise RequestRejected for a request this engine could never serve. Reads
         only sizes fixed at start-up, so it is safe to call from any thread."""
-        num_prompt = len(request.prompt_ids)
-        if num_prompt == 0:
-            raise RequestRejected("the prompt is empty")
-        total = num_prompt + request.params.max_tokens
-        limit = min(self.max_model_len, self.kv_capacity_tokens)
-        if total > limit:
-            raise RequestRejected(
-                f"prompt ({num_prompt} tokens) plus max_tokens ({request.params.max_tokens}) "
-                f"exceeds the context window of {limit} tokens"
-            )
+        fit_request(
+            len(request.prompt_ids), request.params.max_tokens, ContextLimit(self.context_tokens)
+        )
 
     def add_request(self, request: GenerationRequest) -> None:
         self.check_request(request)
         if request.request_id in self._seqs:
-            raise RequestRejected(f"request id {request.request_id!r} is already running")
+            raise RequestRejected(f"request id {request.request_id!r} is already running", "prompt")
         seq = Sequence(request, arrival_index=0)
         self._seqs[request.request_id] = seq
         stop = request.params.stop

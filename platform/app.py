@@ -41,7 +41,7 @@ async def _sample_live(services: Services) -> None:
     went silent marked down."""
     n = 0
     while True:
-        services.live.sample(live_gauges(services.models))
+        services.live.sample(live_gauges(services.workers))
         n += 1
         if n % VIEW_RELOAD_EVERY == 0:
             try:
@@ -103,7 +103,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             "principal": Provide(_principal(services)),
             "generation": Provide(lambda: services.generation, sync_to_thread=False),
             "embedding": Provide(lambda: services.embedding, sync_to_thread=False),
-            "models": Provide(lambda: services.models, sync_to_thread=False),
+            "view": Provide(lambda: services.view, sync_to_thread=False),
             "registry": Provide(lambda: services.registry, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,

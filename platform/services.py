@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -21,12 +22,16 @@ from vigil.platform.control.specs import VersionRef, bundled_version
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
-from vigil.platform.gateway.models import ModelDirectory
+from vigil.platform.gateway.lease import LoadBook
+from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
+from vigil.platform.gateway.readiness import version_error, version_states
+from vigil.platform.gateway.router import Router
+from vigil.platform.gateway.serving import ServingView
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.settings import ServeSettings
 from vigil.platform.telemetry.live import Gauges, LiveSeries
-from vigil.platform.telemetry.metrics import EngineStatsCollector, Metrics
+from vigil.platform.telemetry.metrics import EngineSnapshot, EngineStatsCollector, Metrics
 from vigil.platform.telemetry.recorder import RequestRecorder
 
 log = logging.getLogger(__name__)
@@ -45,7 +50,9 @@ class Services:
     registry: CollectorRegistry
     workers: WorkerRegistry
     live: LiveSeries
-    models: ModelDirectory
+    view: ServingView
+    tokenizers: TokenizerCache
+    loads: LoadBook
     generation: GenerationService
     embedding: EmbeddingService
     db: AsyncEngine
@@ -68,7 +75,10 @@ class Services:
         await self.reload_serving_view()
 
     async def reload_serving_view(self) -> None:
-        self.models.set_deployments(await self.plane.serving_view())
+        self.view.set_deployments(await self.plane.serving_view())
+        for version in self.view.versions_in_use():
+            if version.kind is ModelKind.GENERATE:
+                self.tokenizers.get(version)  # start loading early
 
     async def record_replica(self, worker_id: str, registering: bool = False) -> None:
         """Keep the replicas table current: at registration, then every few seconds."""
@@ -97,14 +107,15 @@ class Services:
 
     async def on_workers_changed(self) -> None:
         """Record version states that changed (ready on some worker, failed on all)."""
-        for version in self.models.versions_in_use():
-            state = self.models.version_states().get(version.key, "loading")
+        states = version_states(self.view, self.tokenizers)
+        for version in self.view.versions_in_use():
+            state = states.get(version.key, "loading")
             if self._recorded.get(version.key) != state:
                 self._recorded[version.key] = state
                 await self._record(version, state)
 
     async def _record(self, version: VersionRef, state: str) -> None:
-        errors = [r.error for r in self.workers.slot_states(version.key) if r.error]
+        error = version_error(self.view, self.tokenizers, version.key)
         try:
             await self.versions.record(
                 model=version.model,
@@ -113,13 +124,20 @@ class Services:
                 format=version.format.value,
                 source=version.artifact,
                 status=_STATUS[state],
-                error=errors[0] if errors else None,
+                error=error,
             )
         except Exception:  # serving goes on when the database is unreachable
             log.exception("could not record the state of %s", version.key)
 
 
-def build_services(settings: ServeSettings, worker_token: str) -> Services:
+def build_services(
+    settings: ServeSettings,
+    worker_token: str,
+    link: WorkerLink | None = None,
+    tokenizers: TokenizerCache | None = None,
+) -> Services:
+    """The gateway's parts. `link` and `tokenizers` default to the real ones (HTTP to
+    worker processes; tokenizers read from the model files); tests pass their own."""
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     embed = [
@@ -129,17 +147,14 @@ def build_services(settings: ServeSettings, worker_token: str) -> Services:
     http = httpx.AsyncClient(
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
     )
-    models = ModelDirectory(
-        workers,
-        TokenizerCache(),
-        http,
-        worker_token,
-        embed,
-        round_robin=settings.routing == "round_robin",
-    )
+    link = link or HttpWorkerLink(http, worker_token, workers.mark_failed)
+    tokenizers = tokenizers or TokenizerCache()
+    view = ServingView(workers, embed)
     live = LiveSeries()
-    registry.register(EngineStatsCollector(models.snapshots))
+    registry.register(EngineStatsCollector(lambda: engine_snapshots(workers)))
     recorder = RequestRecorder(metrics, live)
+    loads = LoadBook(recorder)
+    router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
     sessions = session_factory(db)
     return Services(
@@ -147,9 +162,11 @@ def build_services(settings: ServeSettings, worker_token: str) -> Services:
         registry=registry,
         workers=workers,
         live=live,
-        models=models,
-        generation=GenerationService(models, recorder),
-        embedding=EmbeddingService(models, recorder),
+        view=view,
+        tokenizers=tokenizers,
+        loads=loads,
+        generation=GenerationService(view, tokenizers, router, loads, link),
+        embedding=EmbeddingService(view, link, recorder),
         db=db,
         versions=ModelVersionService(sessions),
         auth=Authenticator(ApiKeyService(sessions), AuthMode(settings.auth)),
@@ -159,8 +176,12 @@ def build_services(settings: ServeSettings, worker_token: str) -> Services:
     )
 
 
-def live_gauges(models: ModelDirectory) -> Gauges:
-    snaps = models.snapshots()
+def engine_snapshots(workers: WorkerRegistry) -> list[EngineSnapshot]:
+    return [EngineSnapshot(key, replica, stats) for key, replica, stats in workers.engine_stats()]
+
+
+def live_gauges(workers: WorkerRegistry) -> Gauges:
+    snaps = engine_snapshots(workers)
     return Gauges(
         num_waiting=sum(s.stats.num_waiting for s in snaps),
         num_running=sum(s.stats.num_running for s in snaps),

@@ -15,6 +15,7 @@ from typing import Any
 from litestar import Controller, Request, get
 from litestar.response import ServerSentEvent, ServerSentEventMessage, Template
 
+from vigil.platform.gateway.readiness import version_error, version_states
 from vigil.platform.services import Services
 from vigil.platform.telemetry.live import LivePoint
 
@@ -22,12 +23,13 @@ STREAM_INTERVAL_S = 1.0
 
 
 def _stats_context(services: Services) -> dict[str, Any]:
+    view, tokenizers = services.view, services.tokenizers
     point = services.live.latest()
     return {
         "point": point,
         "models": [
-            {"name": key, "state": state, "error": services.models.version_error(key)}
-            for key, state in services.models.version_states().items()
+            {"name": key, "state": state.value, "error": version_error(view, tokenizers, key)}
+            for key, state in version_states(view, tokenizers).items()
         ],
     }
 

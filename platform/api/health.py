@@ -9,7 +9,13 @@ from litestar.openapi import ResponseSpec
 from msgspec import Struct
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from vigil.platform.gateway.models import ModelDirectory
+from vigil.platform.gateway.readiness import (
+    serving_ready,
+    version_error,
+    version_progress,
+    version_states,
+)
+from vigil.platform.services import Services
 
 
 class Liveness(Struct):
@@ -40,15 +46,20 @@ async def healthz() -> Liveness:
         )
     },
 )
-async def readyz(models: ModelDirectory) -> Response[Readiness]:
+async def readyz(services: Services) -> Response[Readiness]:
     """Ready while every deployment can serve; versions rolling out (a canary, a new
     stable) are listed with their load progress or error without changing that."""
-    versions = models.version_states()
-    progress = {key: round(p, 3) for key, p in models.version_progress(versions).items()}
+    view, tokenizers = services.view, services.tokenizers
+    states = version_states(view, tokenizers)
+    progress = {key: round(p, 3) for key, p in version_progress(view, states).items()}
     errors = {
-        key: error for key in versions for error in [models.version_error(key)] if error is not None
+        key: error
+        for key in states
+        for error in [version_error(view, tokenizers, key)]
+        if error is not None
     }
-    ready = models.serving_ready(versions)
+    ready = serving_ready(view, states)
+    versions = {key: state.value for key, state in states.items()}
     body = Readiness("ready" if ready else "loading", versions, errors or None, progress or None)
     return Response(body, status_code=200 if ready else 503)
 

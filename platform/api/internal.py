@@ -31,7 +31,7 @@ class WorkerController(Controller):
         services.workers.register(data)
         await services.record_replica(data.worker_id, registering=True)
         await services.on_workers_changed()
-        return Assignment(services.models.desired_slots())
+        return Assignment(services.view.desired_slots())
 
     @post("/{worker_id:str}/heartbeat", status_code=200)
     async def heartbeat(
@@ -41,4 +41,4 @@ class WorkerController(Controller):
             raise NotFoundException(f"unknown worker {worker_id}: register again")
         await services.record_replica(worker_id)
         await services.on_workers_changed()
-        return Assignment(services.models.desired_slots())
+        return Assignment(services.view.desired_slots())

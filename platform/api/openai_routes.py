@@ -4,40 +4,39 @@ from __future__ import annotations
 
 import base64
 import time
+import uuid
 
-import msgspec
 import numpy as np
 from litestar import Controller, Response, get, post
 from litestar.response import Stream
 
 from vigil.platform.api.openai_schemas import (
-    ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
-    ChatMessageOut,
     Completion,
-    CompletionChoice,
     CompletionChunk,
     CompletionRequest,
     Embedding,
     EmbeddingList,
     EmbeddingRequest,
+    EmbeddingUsage,
     ModelCard,
     ModelList,
 )
 from vigil.platform.api.openapi_docs import OperationDocs, documented
 from vigil.platform.api.streaming import (
-    FINISH_REASONS,
     chat_chunks,
-    collect,
+    chat_completion,
+    completion,
     completion_chunks,
-    usage_of,
+    response_headers,
 )
-from vigil.platform.errors import ModelNotFound
+from vigil.platform.errors import ModelNotFound, VigilError
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.embeddings import EmbeddingService
-from vigil.platform.gateway.generation import GenerationService, PreparedGeneration
+from vigil.platform.gateway.generation import GenerationService
+from vigil.platform.gateway.serving import ServingView
 from vigil.platform.settings import ServeSettings
 
 INFERENCE_ERRORS = (400, 401, 403, 404, 413, 429, 500, 503)
@@ -90,21 +89,13 @@ class OpenAIController(Controller):
         principal: Principal,
         settings: ServeSettings,
     ) -> Response[ChatCompletion] | Stream:
-        prepared = generation.prepare_chat(data, principal, time.monotonic())
+        started = generation.start(data.params(), principal, time.monotonic())
+        headers = response_headers(started)
         if data.stream:
-            usage = bool(data.stream_options and data.stream_options.include_usage)
-            chunks = chat_chunks(generation, prepared, usage, settings.sse_keepalive_s)
-            return Stream(chunks, media_type="text/event-stream", headers=_headers(prepared))
-        text, finish = await collect(generation, prepared)
-        message = ChatMessageOut("assistant", text)
-        body = ChatCompletion(
-            id=prepared.request.request_id,
-            created=int(time.time()),
-            model=prepared.deployment,
-            choices=[ChatChoice(0, message, FINISH_REASONS[finish.reason])],
-            usage=usage_of(finish),
-        )
-        return Response(body, headers=_headers(prepared))
+            chunks = chat_chunks(started, data.include_usage, settings.sse_keepalive_s)
+            return Stream(chunks, media_type="text/event-stream", headers=headers)
+        text, finish = await started.collect()
+        return Response(chat_completion(started, text, finish), headers=headers)
 
     @post(
         "/completions",
@@ -119,20 +110,13 @@ class OpenAIController(Controller):
         principal: Principal,
         settings: ServeSettings,
     ) -> Response[Completion] | Stream:
-        prepared = generation.prepare_completion(data, principal, time.monotonic())
+        started = generation.start(data.params(), principal, time.monotonic())
+        headers = response_headers(started)
         if data.stream:
-            usage = bool(data.stream_options and data.stream_options.include_usage)
-            chunks = completion_chunks(generation, prepared, usage, settings.sse_keepalive_s)
-            return Stream(chunks, media_type="text/event-stream", headers=_headers(prepared))
-        text, finish = await collect(generation, prepared)
-        body = Completion(
-            id=prepared.request.request_id,
-            created=int(time.time()),
-            model=prepared.deployment,
-            choices=[CompletionChoice(0, text, FINISH_REASONS[finish.reason])],
-            usage=usage_of(finish),
-        )
-        return Response(body, headers=_headers(prepared))
+            chunks = completion_chunks(started, data.include_usage, settings.sse_keepalive_s)
+            return Stream(chunks, media_type="text/event-stream", headers=headers)
+        text, finish = await started.collect()
+        return Response(completion(started, text, finish), headers=headers)
 
     @post(
         "/embeddings",
@@ -143,19 +127,33 @@ class OpenAIController(Controller):
     async def embeddings(
         self, data: EmbeddingRequest, embedding: EmbeddingService, principal: Principal
     ) -> Response[EmbeddingList]:
-        body, request_id, served_by = await embedding.embed(data, principal, time.monotonic())
-        if data.encoding_format == "base64":
-            body = msgspec.structs.replace(body, data=[_base64(e) for e in body.data])
-        return Response(body, headers={"x-request-id": request_id, "x-vigil-served-by": served_by})
+        try:
+            result = await embedding.embed(data.model, data.texts(), principal, time.monotonic())
+        except VigilError as exc:
+            if isinstance(data.input, str) and exc.param == "input[0]":
+                exc.param = "input"  # the client sent one string, not a list
+                exc.message = exc.message.replace("input[0]", "'input'")
+            raise
+        vectors = [_encoded(v, data.encoding_format) for v in result.vectors]
+        body = EmbeddingList(
+            data=[Embedding(i, v) for i, v in enumerate(vectors)],
+            model=data.model,
+            usage=EmbeddingUsage(result.num_tokens, result.num_tokens),
+        )
+        headers = {
+            "x-request-id": f"embd-{uuid.uuid4().hex}",
+            "x-vigil-served-by": result.served_by,
+        }
+        return Response(body, headers=headers)
 
     @get(
         "/models",
         summary="List the models this server serves",
         operation_class=documented(MODELS_DOCS),
     )
-    async def models(self, generation: GenerationService, principal: Principal) -> ModelList:
-        started = int(generation.models.created_ts)
-        names = [n for n in generation.models.names() if principal.may_use(n)]
+    async def models(self, view: ServingView, principal: Principal) -> ModelList:
+        started = int(view.created_ts)
+        names = [n for n in view.names() if principal.may_use(n)]
         return ModelList([ModelCard(name, started, "vigil") for name in names])
 
     @get(
@@ -163,30 +161,17 @@ class OpenAIController(Controller):
         summary="Describe one model",
         operation_class=documented(MODEL_DOCS),
     )
-    async def model(
-        self, model_id: str, generation: GenerationService, principal: Principal
-    ) -> ModelCard:
+    async def model(self, model_id: str, view: ServingView, principal: Principal) -> ModelCard:
         # A model the key may not use is as absent here as it is from /v1/models.
-        names = [n for n in generation.models.names() if principal.may_use(n)]
+        names = [n for n in view.names() if principal.may_use(n)]
         if model_id not in names:
             raise ModelNotFound(model_id, names)
-        return ModelCard(model_id, int(generation.models.created_ts), "vigil")
+        return ModelCard(model_id, int(view.created_ts), "vigil")
 
 
-def _headers(prepared: PreparedGeneration) -> dict[str, str]:
-    headers = {
-        "x-request-id": prepared.request.request_id,
-        "x-vigil-served-by": prepared.served_by,
-        "x-vigil-replica": prepared.engine.replica,  # the worker that runs it
-    }
-    if prepared.fallback_from is not None:
-        headers["x-vigil-fallback-from"] = prepared.fallback_from
-    if prepared.request.request_id.startswith(("chatcmpl", "cmpl")):
-        headers["Cache-Control"] = "no-cache"
-    return headers
-
-
-def _base64(embedding: Embedding) -> Embedding:
+def _encoded(vector: list[float], encoding_format: str) -> list[float] | str:
     """OpenAI's base64 encoding: the vector's float32s, little-endian, base64-encoded."""
-    raw = np.asarray(embedding.embedding, dtype="<f4").tobytes()
-    return msgspec.structs.replace(embedding, embedding=base64.b64encode(raw).decode("ascii"))
+    if encoding_format != "base64":
+        return vector
+    raw = np.asarray(vector, dtype="<f4").tobytes()
+    return base64.b64encode(raw).decode("ascii")

@@ -7,10 +7,22 @@ neutral value and otherwise get a 400 that names them (see `unsupported`).
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
+
+from vigil.engine.request import RequestId
+from vigil.engine.tokenizer import ChatMessage
+from vigil.platform.errors import InvalidRequest
+from vigil.platform.gateway.params import (
+    ChatPrompt,
+    GenerationParams,
+    Prompt,
+    TextPrompt,
+    TokenPrompt,
+)
 
 NonNegativeFloat = Annotated[float, Meta(ge=0.0)]
 PositiveInt = Annotated[int, Meta(ge=1)]
@@ -61,12 +73,37 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     frequency_penalty: float = 0.0
     logprobs: bool | None = None
 
-    def stop_strings(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
 
-    def unsupported(self) -> tuple[str, str] | None:
+    def _params(
+        self, id_prefix: str, prompt: Prompt, prompt_param: str, max_tokens: int | None
+    ) -> GenerationParams:
+        """What the gateway is asked to generate, once every field is one Vigil honours."""
+        problem = self._unsupported(max_tokens)
+        if problem is not None:
+            field, advice = problem
+            raise InvalidRequest(
+                f"'{field}' is not supported: {advice}", param=field, code="unsupported_parameter"
+            )
+        stop = self.stop if self.stop is None or isinstance(self.stop, list) else [self.stop]
+        return GenerationParams(
+            request_id=RequestId(f"{id_prefix}-{uuid.uuid4().hex}"),
+            model=self.model,
+            prompt=prompt,
+            prompt_param=prompt_param,
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            seed=self.seed,
+            stop=tuple(stop or ()),
+            ignore_eos=self.ignore_eos,
+            min_tokens=self.min_tokens,
+        )
+
+    def _unsupported(self, max_tokens: int | None) -> tuple[str, str] | None:
         """(field, what to do) for the first field set to something Vigil cannot honour."""
         if self.n != 1:
             return "n", "only n=1 is supported; send several requests instead"
@@ -76,7 +113,6 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
             return "frequency_penalty", "penalties are not supported; leave it at 0"
         if self.logprobs:
             return "logprobs", "log probabilities are not supported; leave it false"
-        max_tokens = getattr(self, "max_completion_tokens", None) or self.max_tokens
         if max_tokens is not None and self.min_tokens > max_tokens:
             return "min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens"
         return None
@@ -86,10 +122,29 @@ class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=
     messages: Annotated[list[ChatMessageIn], Meta(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
 
+    def params(self) -> GenerationParams:
+        messages = tuple(
+            ChatMessage(m.role if m.role != "developer" else "system", m.text())
+            for m in self.messages
+        )
+        max_tokens = self.max_completion_tokens or self.max_tokens
+        return self._params("chatcmpl", ChatPrompt(messages), "messages", max_tokens)
+
 
 class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
     prompt: Annotated[str, Meta(min_length=1)] | Annotated[list[int], Meta(min_length=1)]
     echo: bool = False
+
+    def params(self) -> GenerationParams:
+        if self.echo:
+            raise InvalidRequest(
+                "echo is not supported; leave it false", param="echo", code="unsupported_parameter"
+            )
+        if isinstance(self.prompt, str):
+            prompt: Prompt = TextPrompt(self.prompt)
+        else:
+            prompt = TokenPrompt(tuple(self.prompt))
+        return self._params("cmpl", prompt, "prompt", self.max_tokens)
 
 
 class EmbeddingRequest(Struct, kw_only=True, forbid_unknown_fields=True):

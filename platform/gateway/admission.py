@@ -26,6 +26,7 @@ from enum import StrEnum
 
 from vigil.engine.request import Priority
 from vigil.platform.control.specs import DeploymentSpec, FallbackTrigger
+from vigil.platform.errors import RateLimited
 
 RETRY_AFTER_DEFAULT_S = 5
 RETRY_AFTER_MAX_S = 60
@@ -134,3 +135,20 @@ def retry_after(load: LoadSnapshot, priority: Priority) -> int:
     )
     seconds = math.ceil(max(ahead, 1) / load.starts_per_s)
     return min(max(seconds, 1), RETRY_AFTER_MAX_S)
+
+
+def shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
+    """What a shed request is told: why, and when to retry."""
+    predicted = admission.predicted_ttft_s
+    why = {
+        Reason.QUEUE_FULL: "its queue is full",
+        Reason.SLO_TTFT: f"the predicted time to first token ({predicted or 0:.1f} s) would "
+        f"miss its target ({spec.slo.ttft_p99_s:.1f} s)",
+        Reason.SLO_TOKENS_PER_S: f"streams would fall below {spec.slo.min_tokens_per_s:g} tokens/s",
+    }[admission.reason]
+    retry = admission.retry_after_s or 1
+    return RateLimited(
+        f"The deployment '{spec.name}' is overloaded: {why}. Retry in {retry} s.",
+        code=f"overloaded_{admission.reason.value}",
+        retry_after_s=retry,
+    )

@@ -1,53 +1,57 @@
-"""From an embeddings request to vectors, computed by a worker: usage and metrics here,
-token caps there (the worker holds the model's tokenizer and its limit)."""
+"""From texts asked of an embedding model to vectors computed on a worker: usage and
+metrics here, token caps there (the worker holds the model's tokenizer and its limit)."""
 
 from __future__ import annotations
 
-import uuid
+import random
+import time
+from dataclasses import dataclass
 
-from vigil.platform.api.openai_schemas import (
-    Embedding,
-    EmbeddingList,
-    EmbeddingRequest,
-    EmbeddingUsage,
-)
-from vigil.platform.errors import PermissionDenied, VigilError
+from vigil.platform.errors import PermissionDenied
 from vigil.platform.gateway.auth import Principal
-from vigil.platform.gateway.models import ModelDirectory
+from vigil.platform.gateway.link import WorkerLink
+from vigil.platform.gateway.serving import ServingView
 from vigil.platform.telemetry.recorder import RequestRecorder
 
 
+@dataclass(frozen=True, slots=True)
+class Embeddings:
+    vectors: list[list[float]]  # one per text, in order
+    num_tokens: int
+    served_by: str  # model/version
+
+
 class EmbeddingService:
-    def __init__(self, models: ModelDirectory, recorder: RequestRecorder) -> None:
-        self.models = models
+    def __init__(
+        self,
+        view: ServingView,
+        link: WorkerLink,
+        recorder: RequestRecorder,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.view = view
+        self.link = link
         self.recorder = recorder
+        self._rng = rng or random.Random()
 
     async def embed(
-        self, body: EmbeddingRequest, principal: Principal, arrival_ts: float
-    ) -> tuple[EmbeddingList, str, str]:
-        """The vectors, the request id and the model/version that computed them."""
-        embedder, version = self.models.embedder(body.model)
-        if not principal.may_use(body.model):
+        self, model: str, texts: list[str], principal: Principal, arrival_ts: float
+    ) -> Embeddings:
+        """`texts` as the client sent them; errors about one name it as `input[i]`."""
+        version = self.view.embedding(model)
+        if not principal.may_use(model):
             raise PermissionDenied(
-                f"This API key may not use the model '{body.model}'.",
+                f"This API key may not use the model '{model}'.",
                 param="model",
                 code="model_not_allowed",
             )
-        single = isinstance(body.input, str)
+        replicas = self.view.workers.serving(version.key)
+        if not replicas:
+            raise self.view.workers.unavailable(version.key)
         num_tokens, ok = 0, False
         try:
-            result = await embedder.embed(body.texts())
+            result = await self.link.embed(self._rng.choice(replicas), version.key, texts)
             num_tokens, ok = result.num_tokens, True
-        except VigilError as exc:
-            if single and exc.param == "input[0]":
-                exc.param = "input"  # the client sent one string, not a list
-                exc.message = exc.message.replace("input[0]", "'input'")
-            raise
         finally:
-            self.recorder.record_embedding(body.model, num_tokens, arrival_ts, ok)
-        data = EmbeddingList(
-            data=[Embedding(i, v) for i, v in enumerate(result.vectors)],
-            model=body.model,
-            usage=EmbeddingUsage(num_tokens, num_tokens),
-        )
-        return data, f"embd-{uuid.uuid4().hex}", f"{version.model}/{version.version}"
+            self.recorder.embedding(model, num_tokens, time.monotonic() - arrival_ts, ok)
+        return Embeddings(result.vectors, num_tokens, f"{version.model}/{version.version}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from vigil.engine.artifacts import resolve_artifact
 from vigil.engine.bundled import ModelFormat
@@ -16,6 +17,7 @@ from vigil.engine.loaders import hf
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.control.specs import VersionRef
+from vigil.platform.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,8 @@ def load_tokenizer(version: VersionRef) -> Tokenizer:
 
 
 class TokenizerCache:
-    def __init__(self) -> None:
+    def __init__(self, load: Callable[[VersionRef], Tokenizer] = load_tokenizer) -> None:
+        self._load_one = load
         self._tokenizers: dict[str, Tokenizer] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
         self.errors: dict[str, str] = {}
@@ -43,9 +46,25 @@ class TokenizerCache:
             self._loading[version.key] = asyncio.create_task(self._load(version))
         return tokenizer
 
+    def require(self, version: VersionRef) -> Tokenizer:
+        """The tokenizer, or ServiceUnavailable: still loading (retry shortly), or failed."""
+        tokenizer = self.get(version)
+        if tokenizer is not None:
+            return tokenizer
+        if version.key in self.errors:
+            raise ServiceUnavailable(
+                f"The tokenizer of '{version.key}' failed to load: {self.errors[version.key]}",
+                code="model_failed",
+            )
+        raise ServiceUnavailable(
+            f"The model version '{version.key}' is still loading; retry shortly.",
+            code="model_loading",
+            retry_after_s=5,
+        )
+
     async def _load(self, version: VersionRef) -> None:
         try:
-            self._tokenizers[version.key] = await asyncio.to_thread(load_tokenizer, version)
+            self._tokenizers[version.key] = await asyncio.to_thread(self._load_one, version)
             self.errors.pop(version.key, None)
         except Exception as exc:
             log.exception("could not load the tokenizer of %s", version.key)

@@ -1,4 +1,4 @@
-"""The workers the gateway knows: what each runs, how loaded, whether it is alive.
+"""The workers the gateway knows: what each runs, what it reports, whether it is alive.
 
 A worker is up while its heartbeats arrive (at most HEARTBEAT_TIMEOUT_S apart) and it
 has not just failed a request; a failed connection makes it a suspect for SUSPECT_S,
@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from vigil.engine.stats import EngineStats
-from vigil.platform.gateway.router import ReplicaLoad
+from vigil.platform.errors import ServiceUnavailable
 from vigil.platform.worker.protocol import Heartbeat, RegisterRequest, SlotReport, stats_of
 
 HEARTBEAT_TIMEOUT_S = 3.0
@@ -28,8 +28,6 @@ class Replica:
     last_heartbeat_ts: float
     slots: dict[str, SlotReport] = field(default_factory=dict)
     suspect_until_ts: float = 0.0
-    in_flight: dict[str, int] = field(default_factory=dict)  # by slot key
-    pending_prompt: dict[str, int] = field(default_factory=dict)  # tokens, by slot key
 
     def up(self, now_ts: float) -> bool:
         return (
@@ -41,19 +39,6 @@ class Replica:
         report = self.slots.get(slot_key)
         return report if report is not None and report.state == "ready" else None
 
-    def load(self, slot_key: str) -> ReplicaLoad:
-        report = self.slots[slot_key]
-        stats = stats_of(report.stats) if report.stats else None
-        assert report.limits is not None
-        return ReplicaLoad(
-            self.id,
-            self.in_flight.get(slot_key, 0),
-            report.limits.max_num_seqs,
-            stats.kv_cache_usage if stats else 0.0,
-            self.pending_prompt.get(slot_key, 0),
-            report.prefill_tokens_per_s,
-        )
-
 
 class WorkerRegistry:
     def __init__(self) -> None:
@@ -61,17 +46,7 @@ class WorkerRegistry:
 
     def register(self, req: RegisterRequest, now_ts: float | None = None) -> Replica:
         now = time.monotonic() if now_ts is None else now_ts
-        old = self.replicas.get(req.worker_id)
-        replica = Replica(
-            req.worker_id,
-            req.address,
-            req.device,
-            req.memory_bytes,
-            req.pid,
-            now,
-            in_flight=old.in_flight if old else {},
-            pending_prompt=old.pending_prompt if old else {},
-        )
+        replica = Replica(req.worker_id, req.address, req.device, req.memory_bytes, req.pid, now)
         self.replicas[req.worker_id] = replica
         return replica
 
@@ -93,6 +68,22 @@ class WorkerRegistry:
         """Replicas that are up and have this engine ready."""
         now = time.monotonic() if now_ts is None else now_ts
         return [r for r in self.replicas.values() if r.up(now) and r.ready(slot_key)]
+
+    def unavailable(self, slot_key: str) -> ServiceUnavailable:
+        """Why no live worker has this engine ready: it failed to load on every one that
+        tried, or it is still loading (then retry shortly)."""
+        reports = self.slot_states(slot_key)
+        failed = [r for r in reports if r.state == "failed"]
+        if reports and len(failed) == len(reports):
+            return ServiceUnavailable(
+                f"The model version '{slot_key}' failed to load: {failed[0].error}",
+                code="model_failed",
+            )
+        return ServiceUnavailable(
+            f"The model version '{slot_key}' is not ready on any worker yet; retry shortly.",
+            code="model_loading",
+            retry_after_s=5,
+        )
 
     def slot_states(self, slot_key: str, now_ts: float | None = None) -> list[SlotReport]:
         now = time.monotonic() if now_ts is None else now_ts

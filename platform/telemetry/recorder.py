@@ -1,21 +1,39 @@
-"""Turns one request's events and clocks into metrics and live series points."""
+"""Turns what happened to requests into metrics and live series points.
+
+It reads plain records (an admission verdict's names, a count of tokens with their
+timing, a finished request's record with its own clock), never the gateway's objects:
+the gateway's request lease calls it as the request moves, exactly once per event.
+"""
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
+from enum import StrEnum
 
-from vigil.engine.request import EngineEvent, FinishEvent, FinishReason, TokenEvent
-from vigil.platform.gateway.admission import Admission, Verdict
+from vigil.engine.request import RequestClock
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
 
-_OUTCOMES = {
-    FinishReason.STOP: "finished",
-    FinishReason.LENGTH: "length",
-    FinishReason.ABORT: "aborted",
-    FinishReason.TIMEOUT: "timed_out",
-    FinishReason.ERROR: "failed",
-}
+
+class Outcome(StrEnum):
+    """How a request ended: the `outcome` label of vigil_requests_total."""
+
+    FINISHED = "finished"  # a stop token or string
+    LENGTH = "length"  # max_tokens or the context window
+    ABORTED = "aborted"  # the client left before the end
+    SHED = "shed"  # refused at admission (429)
+    TIMED_OUT = "timed_out"  # never started within its queue wait
+    FAILED = "failed"  # the engine or its worker failed
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One generation request that has ended, as telemetry reads it."""
+
+    deployment: str
+    outcome: Outcome
+    num_prompt_tokens: int  # as the engine counted them; 0 if it never reported
+    clock: RequestClock  # arrival_ts at the gateway; finished_ts set
 
 
 class RequestRecorder:
@@ -23,65 +41,43 @@ class RequestRecorder:
         self.metrics = metrics
         self.live = live
 
-    def track(self, deployment: str, arrival_ts: float) -> RequestTracker:
-        return RequestTracker(self, deployment, arrival_ts)
-
-    def record_admission(self, deployment: str, admission: Admission) -> None:
+    def admission(self, deployment: str, decision: str, reason: str) -> None:
         m = self.metrics
-        m.admission.labels(deployment, admission.verdict.value, admission.reason.value).inc()
-        if admission.verdict is Verdict.SHED:
-            m.requests.labels(deployment, "shed").inc()
+        m.admission.labels(deployment, decision, reason).inc()
+        if decision == "shed":
+            m.requests.labels(deployment, Outcome.SHED.value).inc()
 
-    def record_embedding(
-        self, deployment: str, num_tokens: int, arrival_ts: float, ok: bool
+    def output_tokens(
+        self, deployment: str, num_tokens: int, token_ts: float, clock: RequestClock
     ) -> None:
+        """Tokens that just arrived at `token_ts`; `clock` is the request's, before this
+        arrival is written to it (so its last token is the previous one)."""
+        m = self.metrics
+        m.generation_tokens.labels(deployment).inc(num_tokens)
+        self.live.add_tokens(num_tokens)
+        if clock.last_token_ts is None:
+            ttft_s = token_ts - clock.arrival_ts
+            m.ttft.labels(deployment).observe(ttft_s)
+            self.live.add_ttft(ttft_s, token_ts)
+        else:
+            m.itl.labels(deployment).observe(token_ts - clock.last_token_ts)
+
+    def ended(self, record: RequestRecord) -> None:
+        m, d, clock = self.metrics, record.deployment, record.clock
+        m.requests.labels(d, record.outcome.value).inc()
+        self.live.add_request()
+        if record.outcome is Outcome.ABORTED:
+            return  # left before the engine's last word: no token or latency figures
+        m.prompt_tokens.labels(d).inc(record.num_prompt_tokens)
+        if clock.finished_ts is not None:
+            m.e2e.labels(d).observe(clock.finished_ts - clock.arrival_ts)
+        if clock.queue_time_s is not None:
+            m.queue_time.labels(d).observe(clock.queue_time_s)
+
+    def embedding(self, deployment: str, num_tokens: int, latency_s: float, ok: bool) -> None:
         m = self.metrics
         m.prompt_tokens.labels(deployment).inc(num_tokens)
-        m.e2e.labels(deployment).observe(time.monotonic() - arrival_ts)
-        m.requests.labels(deployment, "finished" if ok else "failed").inc()
+        m.e2e.labels(deployment).observe(latency_s)
+        outcome = Outcome.FINISHED if ok else Outcome.FAILED
+        m.requests.labels(deployment, outcome.value).inc()
         self.live.add_request()
-
-
-class RequestTracker:
-    """Observes one generation request's events; `close()` records how it ended,
-    as aborted if the stream was left before its FinishEvent."""
-
-    def __init__(self, recorder: RequestRecorder, deployment: str, arrival_ts: float) -> None:
-        self._r = recorder
-        self._deployment = deployment
-        self._arrival_ts = arrival_ts
-        self._last_token_ts: float | None = None
-        self._finished = False
-
-    def observe(self, event: EngineEvent) -> None:
-        m, d = self._r.metrics, self._deployment
-        if isinstance(event, TokenEvent):
-            n = len(event.token_ids)
-            m.generation_tokens.labels(d).inc(n)
-            self._r.live.add_tokens(n)
-            if self._last_token_ts is None:
-                ttft = event.token_ts - self._arrival_ts
-                m.ttft.labels(d).observe(ttft)
-                self._r.live.add_ttft(ttft, event.token_ts)
-            else:
-                m.itl.labels(d).observe(event.token_ts - self._last_token_ts)
-            self._last_token_ts = event.token_ts
-            return
-        self._finish(event)
-
-    def _finish(self, event: FinishEvent) -> None:
-        m, d = self._r.metrics, self._deployment
-        self._finished = True
-        m.prompt_tokens.labels(d).inc(event.num_prompt_tokens)
-        end_ts = event.clock.finished_ts or time.monotonic()
-        m.e2e.labels(d).observe(end_ts - self._arrival_ts)
-        if event.clock.queue_time_s is not None:
-            m.queue_time.labels(d).observe(event.clock.queue_time_s)
-        m.requests.labels(d, _OUTCOMES[event.reason]).inc()
-        self._r.live.add_request()
-
-    def close(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self._r.metrics.requests.labels(self._deployment, "aborted").inc()
-            self._r.live.add_request()

@@ -26,7 +26,7 @@ from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from vigil.engine.device import free_memory_bytes
-from vigil.engine.llm_engine import RequestRejected
+from vigil.engine.limits import RequestRejected
 from vigil.engine.request import (
     FinishEvent,
     GenerationRequest,
@@ -108,7 +108,7 @@ async def _generate(data: GenerateCall, runtime: WorkerRuntime) -> Stream:
     try:
         engine.check_request(request)
     except RequestRejected as exc:
-        raise InvalidRequest(str(exc), code="context_length_exceeded") from exc
+        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
     slot.in_flight += 1
 
     async def lines() -> AsyncIterator[bytes]:

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from vigil.engine.async_engine import AsyncLLMEngine
-from vigil.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
+from vigil.engine.limits import RequestRejected
+from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.request import (
     FinishEvent,
@@ -338,13 +339,13 @@ def test_failed_step_ends_its_requests_with_error_and_frees_their_blocks(
 def test_request_larger_than_the_context_is_rejected(smollm2: LanguageModel) -> None:
     engine = make_engine(smollm2, num_blocks=8, max_model_len=100)
     assert engine.max_model_len == 100  # lower than the model's 8192
-    with pytest.raises(RequestRejected, match="context window of 100 tokens"):
+    with pytest.raises(RequestRejected, match="context window 100 tokens"):
         engine.add_request(GenerationRequest(RequestId("a"), [1] * 90, greedy(11)))
     engine.check_request(GenerationRequest(RequestId("a"), [1] * 90, greedy(10)))  # fits
 
     engine = make_engine(smollm2, num_blocks=4)  # 64 tokens of KV cache
     assert engine.max_model_len == smollm2.config.max_position == 8192
-    with pytest.raises(RequestRejected, match="context window of 64 tokens"):
+    with pytest.raises(RequestRejected, match="context window 64 tokens"):
         engine.check_request(GenerationRequest(RequestId("b"), [1] * 60, greedy(5)))
     with pytest.raises(RequestRejected, match="empty"):
         engine.add_request(GenerationRequest(RequestId("c"), [], greedy(5)))
@@ -382,8 +383,12 @@ async def test_async_engine_streams_the_same_greedy_tokens_and_aborts_a_leaver(
             await stream.aclose()  # the client went away: the request is aborted
             # Commands are applied in order, so once this one is done the abort was too.
             await _consume(engine, after, outcomes[after.request_id])
+            empty = GenerationRequest(RequestId("x"), [], greedy(1))
             with pytest.raises(RequestRejected):
-                await anext(engine.generate(GenerationRequest(RequestId("x"), [], greedy(1))))
+                engine.check_request(empty)
+            rejected = await anext(engine.generate(empty))
+            assert isinstance(rejected, FinishEvent) and rejected.reason is FinishReason.ERROR
+            assert rejected.error is not None and "empty" in rejected.error
         finally:
             engine.stop()
     assert core.pool.num_free == core.pool.num_blocks and not core.has_work()

@@ -30,3 +30,11 @@ def postgres_url() -> Iterator[str]:
         yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
     finally:
         asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(smollm2_tokenizer):  # type: ignore[no-untyped-def]
+    """A random-weight two-layer Llama with SmolLM2's tokenizer and chat template."""
+    from fakes import tiny_language_model
+
+    return tiny_language_model(smollm2_tokenizer)

@@ -19,7 +19,6 @@ from vigil.platform.control.specs import (
     VersionRef,
 )
 from vigil.platform.gateway.admission import LoadSnapshot, Reason, Verdict, decide, retry_after
-from vigil.platform.gateway.load import LoadTracker
 
 I, B = Priority.INTERACTIVE, Priority.BATCH  # noqa: E741  (short names keep tables legible)
 
@@ -115,25 +114,6 @@ def test_fallback_triggers_for_interactive_only(
     assert (a.verdict is Verdict.FALLBACK) is fallback
     assert decide(B, 100, snap, spec).verdict is not Verdict.FALLBACK
     assert decide(I, 100, snap, spec, allow_fallback=False).verdict is not Verdict.FALLBACK
-
-
-def test_load_tracker_counts_queued_work_and_its_start_rate() -> None:
-    from vigil.engine.request import RequestId
-
-    tracker = LoadTracker()
-    tracker.enqueue(RequestId("a"), I, 100, now_ts=10.0)
-    tracker.enqueue(RequestId("b"), B, 300, now_ts=11.0)
-    snap = tracker.snapshot(now_ts=12.0, prefill_tokens_per_s=2000.0, decode_step_s=0.05)
-    assert snap.queued == {I: 1, B: 1} and snap.queued_prompt_tokens == {I: 100, B: 300}
-    assert snap.oldest_queued_s == {I: 2.0, B: 1.0}
-    assert snap.starts_per_s is None
-    assert (snap.prefill_tokens_per_s, snap.decode_step_s) == (2000.0, 0.05)  # passed through
-    tracker.started(RequestId("a"), now_ts=12.5)
-    tracker.started(RequestId("a"), now_ts=12.6)  # a second event changes nothing
-    snap = tracker.snapshot(now_ts=13.0)
-    assert snap.queued == {I: 0, B: 1}
-    assert snap.starts_per_s == pytest.approx(0.1)  # one start in the 10 s window
-    assert tracker.snapshot(now_ts=23.0).starts_per_s is None  # it left the window
 
 
 def test_worker_rate_meter_measures_prefill_and_forgets_old_decode_steps() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
-from vigil.platform.gateway.models import CanarySplit
+from vigil.platform.gateway.serving import CanarySplit
 
 V1 = VersionRef("m", "1", ModelKind.GENERATE, ModelFormat.GGUF, "bundled:m")
 V2 = replace(V1, version="2")

@@ -1,0 +1,189 @@
+"""One request's life in the gateway, and every load count read from the live ones.
+
+    open (admitted, sent to a worker) --first event back--> running --end--> closed
+              queued: waiting in a worker's queue, or on its way there
+
+A lease is opened when admission lets a request in, and closed exactly once however the
+request ends: its finish event, the client leaving, a worker failing mid-stream, or the
+stream never being read. It owns every counter of its request: admission's snapshot
+(queued by class, prompt tokens waiting, the oldest wait, running) and the router's
+replica loads (in flight, prompt tokens awaiting their first token) are read from the
+open leases, so a request is counted in one place and gone from every count at once.
+Metrics are written from it as it moves, from the request's own clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+from vigil.engine.request import (
+    EngineEvent,
+    FinishEvent,
+    FinishReason,
+    Priority,
+    RequestClock,
+    RequestId,
+    TokenEvent,
+)
+from vigil.platform.gateway.admission import LoadSnapshot
+from vigil.platform.telemetry.recorder import Outcome, RequestRecord, RequestRecorder
+
+START_WINDOW_S = 10.0  # how far back the rate at which queued requests start is measured
+
+_OUTCOMES = {
+    FinishReason.STOP: Outcome.FINISHED,
+    FinishReason.LENGTH: Outcome.LENGTH,
+    FinishReason.ABORT: Outcome.ABORTED,
+    FinishReason.TIMEOUT: Outcome.TIMED_OUT,
+    FinishReason.ERROR: Outcome.FAILED,
+}
+
+
+class LeaseState(Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    request_id: RequestId
+    deployment: str  # the name that serves it (the fallback's, after a fallback)
+    engine_key: str  # the engine slot on the worker: model@version, `#long` for a pool
+    replica: str  # the worker it was sent to
+    priority: Priority
+    num_prompt_tokens: int
+    clock: RequestClock  # the request's own; arrival_ts is its arrival at the gateway
+    book: LoadBook
+    state: LeaseState = LeaseState.QUEUED
+    num_output_tokens: int = 0
+
+    def observe(self, event: EngineEvent) -> None:
+        """One event of the request's stream, in order."""
+        assert self.state is not LeaseState.CLOSED, f"{self.request_id}: event after close"
+        if self.state is LeaseState.QUEUED:
+            self.state = LeaseState.RUNNING
+            self.book.started(self)
+        if isinstance(event, TokenEvent):
+            n = len(event.token_ids)
+            self.book.recorder.output_tokens(self.deployment, n, event.token_ts, self.clock)
+            self.clock.first_token_ts = self.clock.first_token_ts or event.token_ts
+            self.clock.last_token_ts = event.token_ts
+            self.num_output_tokens += n
+        else:
+            self._close(_OUTCOMES[event.reason], event)
+
+    def close(self) -> None:
+        """The request's stream is done with. A lease whose finish event was not seen
+        ends as aborted (its client left); closing again does nothing."""
+        if self.state is not LeaseState.CLOSED:
+            self._close(Outcome.ABORTED, None)
+
+    def _close(self, outcome: Outcome, finish: FinishEvent | None) -> None:
+        self.state = LeaseState.CLOSED
+        self.clock.finished_ts = self.clock.finished_ts or time.monotonic()
+        self.book.closed(self)
+        num_prompt = finish.num_prompt_tokens if finish is not None else 0
+        self.book.recorder.ended(RequestRecord(self.deployment, outcome, num_prompt, self.clock))
+
+
+@dataclass(slots=True)
+class ReplicaCounts:
+    num_in_flight: int = 0  # open leases sent there
+    num_pending_prompt_tokens: int = 0  # prompt tokens of those with no event back yet
+
+
+@dataclass(slots=True)
+class _Engine:
+    open: dict[RequestId, Lease] = field(default_factory=dict)
+    starts: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+
+
+class LoadBook:
+    """The open leases of every engine (by engine key, across the workers that run it)."""
+
+    def __init__(self, recorder: RequestRecorder) -> None:
+        self.recorder = recorder
+        self._engines: dict[str, _Engine] = {}
+
+    def open(
+        self,
+        request_id: RequestId,
+        deployment: str,
+        engine_key: str,
+        replica: str,
+        priority: Priority,
+        num_prompt_tokens: int,
+        clock: RequestClock,
+    ) -> Lease:
+        lease = Lease(
+            request_id, deployment, engine_key, replica, priority, num_prompt_tokens, clock, self
+        )
+        engine = self._engines.setdefault(engine_key, _Engine())
+        assert request_id not in engine.open, f"request id {request_id} is already open"
+        engine.open[request_id] = lease
+        return lease
+
+    def started(self, lease: Lease) -> None:
+        self._engines[lease.engine_key].starts.append(time.monotonic())
+
+    def closed(self, lease: Lease) -> None:
+        del self._engines[lease.engine_key].open[lease.request_id]
+
+    def num_open(self) -> int:
+        return sum(len(e.open) for e in self._engines.values())
+
+    def replica_counts(self, engine_key: str) -> dict[str, ReplicaCounts]:
+        counts: dict[str, ReplicaCounts] = {}
+        engine = self._engines.get(engine_key)
+        for lease in engine.open.values() if engine else ():
+            c = counts.setdefault(lease.replica, ReplicaCounts())
+            c.num_in_flight += 1
+            if lease.state is LeaseState.QUEUED:
+                c.num_pending_prompt_tokens += lease.num_prompt_tokens
+        return counts
+
+    def snapshot(
+        self,
+        engine_key: str,
+        max_num_seqs: int,
+        prefill_tokens_per_s: float | None,
+        decode_step_s: float | None,
+        now_ts: float | None = None,
+    ) -> LoadSnapshot:
+        """The engine's load across its workers, as admission reads it. Queued and
+        running are the gateway's own counts: heartbeat stats lag by up to a second,
+        long enough to count a finished request and its successor both."""
+        now = time.monotonic() if now_ts is None else now_ts
+        queued = {p: 0 for p in Priority}
+        tokens = {p: 0 for p in Priority}
+        oldest = {p: 0.0 for p in Priority}
+        num_running = 0
+        engine = self._engines.get(engine_key) or _Engine()
+        for lease in engine.open.values():
+            if lease.state is LeaseState.RUNNING:
+                num_running += 1
+                continue
+            p = lease.priority
+            queued[p] += 1
+            tokens[p] += lease.num_prompt_tokens
+            oldest[p] = max(oldest[p], now - lease.clock.arrival_ts)
+        return LoadSnapshot(
+            queued=queued,
+            queued_prompt_tokens=tokens,
+            oldest_queued_s=oldest,
+            prefill_tokens_per_s=prefill_tokens_per_s,
+            decode_step_s=decode_step_s,
+            starts_per_s=_rate(engine.starts, now),
+            num_running=num_running,
+            max_num_seqs=max_num_seqs,
+        )
+
+
+def _rate(starts: deque[float], now: float) -> float | None:
+    while starts and starts[0] < now - START_WINDOW_S:
+        starts.popleft()
+    return len(starts) / START_WINDOW_S if starts else None

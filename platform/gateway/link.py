@@ -1,0 +1,148 @@
+"""How the gateway reaches the engines on its workers: the one seam between them.
+
+`WorkerLink` has two implementations: `HttpWorkerLink`, which calls a worker process
+over HTTP (worker/protocol.py), and an in-process fake in the tests. Its contract:
+- `generate` yields one request's engine events, ending with exactly one FinishEvent.
+  A worker that fails mid-request (connection refused or cut, a crash) does not raise:
+  the request ends with an ERROR finish, so the client gets a clean error at the end of
+  its stream, and the worker is reported to `on_failure` so new requests go elsewhere.
+  A worker that refuses the request before it starts raises the matching VigilError.
+  Closing the iterator early aborts the request on the worker.
+- TokenEvents carry the gateway's clock (when the token reached the gateway); the
+  finish writes the worker's queue time into the request's own clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable
+from typing import Protocol
+
+import httpx
+import msgspec
+
+from vigil.engine.request import (
+    EngineEvent,
+    FinishEvent,
+    FinishReason,
+    GenerationRequest,
+    TokenEvent,
+)
+from vigil.platform.errors import InvalidRequest, ServiceUnavailable, VigilError
+from vigil.platform.gateway.workers import Replica
+from vigil.platform.worker.protocol import (
+    EmbedCall,
+    EmbedResult,
+    FinishWire,
+    GenerateCall,
+    TokenWire,
+    params_wire,
+)
+
+_EVENTS = msgspec.json.Decoder(TokenWire | FinishWire)
+EMBED_TIMEOUT_S = 60.0
+
+
+class WorkerLink(Protocol):
+    def generate(
+        self, replica: Replica, slot: str, request: GenerationRequest
+    ) -> AsyncGenerator[EngineEvent, None]: ...
+
+    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult: ...
+
+
+class HttpWorkerLink:
+    def __init__(
+        self, client: httpx.AsyncClient, token: str, on_failure: Callable[[str], None]
+    ) -> None:
+        self._client = client
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._on_failure = on_failure
+
+    async def generate(
+        self, replica: Replica, slot: str, request: GenerationRequest
+    ) -> AsyncGenerator[EngineEvent, None]:
+        deadline = request.deadline_ts
+        call = GenerateCall(
+            slot=slot,
+            request_id=request.request_id,
+            prompt_ids=request.prompt_ids,
+            params=params_wire(request.params),
+            priority=int(request.priority),
+            max_queue_wait_s=None if deadline is None else max(0.0, deadline - time.monotonic()),
+        )
+        try:
+            async with self._client.stream(
+                "POST",
+                f"{replica.address}/internal/generate",
+                content=msgspec.json.encode(call),
+                headers=self._headers,
+                timeout=None,
+            ) as response:
+                if response.status_code != 200:
+                    raise _worker_error(response.status_code, await response.aread())
+                async for line in response.aiter_lines():
+                    if not line:
+                        continue
+                    event = _EVENTS.decode(line)
+                    if isinstance(event, TokenWire):
+                        yield TokenEvent(event.text, tuple(event.ids), time.monotonic())
+                    else:
+                        yield _finish(event, request)
+                        return
+        except httpx.HTTPError as exc:
+            yield self._failed(replica, request, f"failed: {type(exc).__name__}")
+            return
+        yield self._failed(replica, request, "stopped in the middle of the answer")
+
+    def _failed(self, replica: Replica, request: GenerationRequest, what: str) -> FinishEvent:
+        self._on_failure(replica.id)
+        message = f"worker {replica.id} {what}"
+        return FinishEvent(
+            FinishReason.ERROR, "", len(request.prompt_ids), 0, request.clock, message
+        )
+
+    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult:
+        try:
+            response = await self._client.post(
+                f"{replica.address}/internal/embed",
+                content=msgspec.json.encode(EmbedCall(slot, texts)),
+                headers=self._headers,
+                timeout=EMBED_TIMEOUT_S,
+            )
+        except httpx.HTTPError as exc:
+            self._on_failure(replica.id)
+            raise ServiceUnavailable(
+                f"worker {replica.id} failed: {type(exc).__name__}",
+                code="worker_failed",
+                retry_after_s=1,
+            ) from exc
+        if response.status_code != 200:
+            raise _worker_error(response.status_code, response.content)
+        return msgspec.json.decode(response.content, type=EmbedResult)
+
+
+def _finish(event: FinishWire, request: GenerationRequest) -> FinishEvent:
+    clock = request.clock
+    if event.queue_s is not None:
+        clock.scheduled_ts = clock.arrival_ts + event.queue_s
+    return FinishEvent(
+        FinishReason(event.reason),
+        event.text,
+        event.num_prompt_tokens,
+        event.num_output_tokens,
+        clock,
+        event.error,
+    )
+
+
+def _worker_error(status: int, body: bytes) -> VigilError:
+    """A worker's error answer, passed on as the same kind of error."""
+    try:
+        error = msgspec.json.decode(body)["error"]
+        message, param, code = error["message"], error.get("param"), error.get("code")
+    except (msgspec.DecodeError, KeyError, TypeError):
+        message, param, code = body.decode(errors="replace")[:500], None, None
+    if 400 <= status < 500:
+        return InvalidRequest(message, param=param, code=code)
+    return ServiceUnavailable(f"worker error: {message}", code=code or "worker_error")

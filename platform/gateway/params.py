@@ -1,0 +1,88 @@
+"""A generation as the gateway is asked for it: the prompt in one of three forms, and
+sampling choices that fall back on the serving version's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vigil.engine.request import RequestId, SamplingParams
+from vigil.engine.tokenizer import ChatMessage, ChatTemplateError, Tokenizer
+from vigil.platform.control.specs import VersionRef
+from vigil.platform.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPrompt:
+    messages: tuple[ChatMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TextPrompt:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPrompt:
+    ids: tuple[int, ...]
+
+
+Prompt = ChatPrompt | TextPrompt | TokenPrompt
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationParams:
+    """One generation as the gateway takes it. Sampling fields left None take the
+    version's defaults, then Vigil's."""
+
+    request_id: RequestId
+    model: str  # the deployment's name
+    prompt: Prompt
+    prompt_param: str  # the request field the prompt came from, named in errors
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+
+def prompt_ids(prompt: Prompt, tokenizer: Tokenizer, param: str) -> list[int]:
+    if isinstance(prompt, ChatPrompt):
+        try:
+            text = tokenizer.render_chat(list(prompt.messages))
+        except ChatTemplateError as exc:
+            raise InvalidRequest(str(exc), param=param) from exc
+        return tokenizer.encode(text)
+    if isinstance(prompt, TextPrompt):
+        return tokenizer.encode(prompt.text)
+    vocab = tokenizer.vocab_size
+    bad = next((t for t in prompt.ids if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise InvalidRequest(
+            f"token id {bad} in '{param}' is outside this model's vocabulary (0 to {vocab - 1})",
+            param=param,
+        )
+    return list(prompt.ids)
+
+
+def sampling(params: GenerationParams, version: VersionRef, max_tokens: int) -> SamplingParams:
+    """The request's sampling, with the version's own defaults where the request is silent."""
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=_pick(params.temperature, version.param("temperature"), 1.0),
+        top_k=max(0, _pick(params.top_k, version.param("top_k"), 0)),
+        top_p=_pick(params.top_p, version.param("top_p"), 1.0),
+        seed=params.seed,
+        stop=params.stop,
+        ignore_eos=params.ignore_eos,
+        min_tokens=params.min_tokens,
+    )
+
+
+def _pick(requested: Any, version_default: Any, default: Any) -> Any:
+    if requested is not None:
+        return requested
+    return default if version_default is None else version_default

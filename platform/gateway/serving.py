@@ -1,0 +1,152 @@
+"""The names the gateway serves and which model version takes each request.
+
+A deployment is the `model` clients send: a stable version and perhaps a canary with a
+share of the traffic. Rollout: a deployment's traffic moves to a new stable version
+only once some worker has it ready; until then the version it replaced keeps serving
+(and stays assigned to the workers). A canary gets its share only while it is ready
+somewhere. Embedding models are served under their own names.
+"""
+
+from __future__ import annotations
+
+import time
+
+from vigil.platform.control.specs import DeploymentSpec, VersionRef
+from vigil.platform.errors import InvalidRequest, ModelNotFound
+from vigil.platform.gateway.workers import WorkerRegistry
+from vigil.platform.worker.protocol import SlotSpec, VersionWire
+
+LONG_POOL_SUFFIX = "#long"
+
+
+def engine_key(version: VersionRef, long_pool: bool = False) -> str:
+    """The engine slot that runs a version's requests: its own, or its long-prompt pool's."""
+    return version.key + (LONG_POOL_SUFFIX if long_pool else "")
+
+
+def engine_slots(deployments: list[DeploymentSpec], embed: list[VersionRef]) -> list[SlotSpec]:
+    """One engine per version in use, one more per version a long-prompt pool uses
+    (sized for the largest pool on it), one per embedding model."""
+    slots: dict[str, SlotSpec] = {}
+    for d in deployments:
+        for version in d.versions:
+            slots.setdefault(version.key, SlotSpec(version.key, VersionWire.of(version)))
+            pool = d.long_prompt_pool
+            if pool is not None:
+                key = engine_key(version, long_pool=True)
+                old = slots.get(key)
+                seqs = max(pool.max_num_seqs, (old.max_num_seqs or 0) if old else 0)
+                slots[key] = SlotSpec(key, VersionWire.of(version), seqs)
+    for version in embed:
+        slots[version.key] = SlotSpec(version.key, VersionWire.of(version))
+    return list(slots.values())
+
+
+class CanarySplit:
+    """Sends exactly `weight` of every 100 requests to the canary, spread evenly
+    (smooth weighted round robin), so a 10% canary gets 10% of any 100 in a row."""
+
+    def __init__(self) -> None:
+        self._credit: dict[str, int] = {}
+
+    def to_canary(self, spec: DeploymentSpec) -> bool:
+        if spec.canary is None or spec.canary_weight <= 0:
+            return False
+        credit = self._credit.get(spec.name, 0) + spec.canary_weight
+        hit = credit >= 100
+        self._credit[spec.name] = credit - 100 if hit else credit
+        return hit
+
+
+class ServingView:
+    def __init__(self, workers: WorkerRegistry, embed: list[VersionRef]) -> None:
+        self.workers = workers
+        self.created_ts = time.time()  # wall clock, for /v1/models
+        self.deployments: dict[str, DeploymentSpec] = {}
+        self.embed = {v.model: v for v in embed}
+        self.canary = CanarySplit()
+        self._serving: dict[str, VersionRef] = {}  # deployment -> the stable now serving
+
+    def set_deployments(self, deployments: list[DeploymentSpec]) -> None:
+        self.deployments = {d.name: d for d in deployments}
+        for d in deployments:
+            self._serving.setdefault(d.name, d.stable)
+        for name in [n for n in self._serving if n not in self.deployments]:
+            del self._serving[name]
+        self._advance()
+
+    def _advance(self) -> None:
+        """Move each deployment to its new stable version once it is ready somewhere."""
+        for name, spec in self.deployments.items():
+            if self._serving[name] != spec.stable and self.workers.serving(spec.stable.key):
+                self._serving[name] = spec.stable
+
+    def serving(self, spec: DeploymentSpec) -> VersionRef:
+        """The stable version now taking the deployment's traffic."""
+        self._advance()
+        return self._serving.get(spec.name, spec.stable)
+
+    def desired_slots(self) -> list[SlotSpec]:
+        """What every worker should run: the view, plus stables still being replaced."""
+        self._advance()
+        kept = [
+            DeploymentSpec(
+                f"{name} (serving)",
+                version,
+                long_prompt_pool=self.deployments[name].long_prompt_pool,
+            )
+            for name, version in self._serving.items()
+            if version != self.deployments[name].stable
+        ]
+        return engine_slots([*self.deployments.values(), *kept], list(self.embed.values()))
+
+    def versions_in_use(self) -> list[VersionRef]:
+        versions = {v.key: v for d in self.deployments.values() for v in d.versions}
+        versions.update((v.key, v) for v in self._serving.values())
+        versions.update((v.key, v) for v in self.embed.values())
+        return list(versions.values())
+
+    def serving_versions(self) -> list[VersionRef]:
+        """Every deployment's serving version and every embedding model: what must be
+        ready for the gateway to be (a version still rolling out does not count)."""
+        serving = [self._serving.get(d.name, d.stable) for d in self.deployments.values()]
+        return [*serving, *self.embed.values()]
+
+    def names(self) -> list[str]:
+        return [*self.deployments, *self.embed]
+
+    def deployment(self, name: str) -> DeploymentSpec:
+        spec = self.deployments.get(name)
+        if spec is None:
+            if name in self.embed:
+                raise InvalidRequest(
+                    f"The model '{name}' is an embedding model; use /v1/embeddings.",
+                    param="model",
+                    code="wrong_model_kind",
+                )
+            raise ModelNotFound(name, self.names())
+        return spec
+
+    def embedding(self, name: str) -> VersionRef:
+        version = self.embed.get(name)
+        if version is None:
+            if name in self.deployments:
+                raise InvalidRequest(
+                    f"The model '{name}' is a generation model; use /v1/chat/completions or "
+                    "/v1/completions.",
+                    param="model",
+                    code="wrong_model_kind",
+                )
+            raise ModelNotFound(name, self.names())
+        return version
+
+    def choose_version(self, spec: DeploymentSpec) -> VersionRef:
+        """The canary for its share of requests while it is ready, else the stable now
+        serving."""
+        canary = spec.canary
+        if canary is not None and self.workers.serving(canary.key) and self.canary.to_canary(spec):
+            return canary
+        return self.serving(spec)
+
+    def is_ready(self, spec: DeploymentSpec) -> bool:
+        return bool(self.workers.serving(self.serving(spec).key))

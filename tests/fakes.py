@@ -1,0 +1,372 @@
+"""A gateway's neighbours, in process: workers and engines the tests control.
+
+- `tiny_language_model`: a random-weight Llama (2 layers, hidden 64) with a real
+  tokenizer, loaded through the same loader as real weights. It runs the real engine
+  (scheduler, KV cache, sampler) in milliseconds a step.
+- `ScriptedEngine`: the engine's `generate` contract with the clock in the test's hands:
+  a request waits in its queue until the test lets it start (or its deadline passes),
+  then streams a fixed number of tokens.
+- `FakeWorkers`: the gateway's WorkerLink, in process. Each fake worker registers and
+  heart-beats into the gateway's WorkerRegistry as a worker process does, and runs
+  either kind of engine, with the worker's own copy of each request's clock.
+- `running_gateway`: the whole gateway (`build_services` + `create_app`) under a real
+  uvicorn server on 127.0.0.1, on its own SQLite database, with FakeWorkers behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import uvicorn
+
+from vigil.engine.async_engine import AsyncLLMEngine
+from vigil.engine.limits import RequestRejected
+from vigil.engine.llm_engine import EngineConfig, LLMEngine
+from vigil.engine.loaders.llm import LanguageModel, build_llama
+from vigil.engine.model.config import LlamaConfig
+from vigil.engine.request import (
+    EngineEvent,
+    FinishEvent,
+    FinishReason,
+    GenerationRequest,
+    RequestClock,
+    RequestId,
+    TokenEvent,
+)
+from vigil.engine.runner import kv_bytes_per_token
+from vigil.engine.stats import EngineStats
+from vigil.engine.tokenizer import Tokenizer
+from vigil.platform.app import create_app
+from vigil.platform.control.migrate import migrate
+from vigil.platform.errors import InvalidRequest
+from vigil.platform.gateway.tokenizers import TokenizerCache
+from vigil.platform.gateway.workers import Replica, WorkerRegistry
+from vigil.platform.services import Services, build_services
+from vigil.platform.settings import ServeSettings
+from vigil.platform.worker.protocol import (
+    EmbedResult,
+    Heartbeat,
+    RegisterRequest,
+    SlotLimits,
+    SlotReport,
+    stats_wire,
+)
+
+HEARTBEAT_INTERVAL_S = 0.5
+
+
+def tiny_language_model(tokenizer: Tokenizer, seed: int = 0) -> LanguageModel:
+    cfg = LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        max_position=4096,
+        tie_word_embeddings=True,
+    )
+    g = torch.Generator().manual_seed(seed)
+
+    def w(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * 0.05
+
+    h, ffn = cfg.hidden_size, cfg.intermediate_size
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    weights = {"model.embed_tokens.weight": w(cfg.vocab_size, h), "model.norm.weight": w(h) + 1}
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        weights |= {
+            f"{p}input_layernorm.weight": w(h) + 1,
+            f"{p}post_attention_layernorm.weight": w(h) + 1,
+            f"{p}self_attn.q_proj.weight": w(q, h),
+            f"{p}self_attn.k_proj.weight": w(kv, h),
+            f"{p}self_attn.v_proj.weight": w(kv, h),
+            f"{p}self_attn.o_proj.weight": w(h, q),
+            f"{p}mlp.gate_proj.weight": w(ffn, h),
+            f"{p}mlp.up_proj.weight": w(ffn, h),
+            f"{p}mlp.down_proj.weight": w(h, ffn),
+        }
+    model = build_llama(cfg, weights, torch.device("cpu"))
+    return LanguageModel("tiny", cfg, model, tokenizer, torch.device("cpu"), torch.float32)
+
+
+def tiny_engine(lm: LanguageModel, max_num_seqs: int = 8, num_blocks: int = 256) -> AsyncLLMEngine:
+    config = EngineConfig(
+        block_size=16,
+        kv_cache_memory_bytes=kv_bytes_per_token(lm) * 16 * num_blocks,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=512,
+        native_attention=False,  # no C++ build for a model this small
+    )
+    return AsyncLLMEngine(LLMEngine(lm, config))
+
+
+class Engine(Protocol):
+    def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]: ...
+
+    def stats(self) -> EngineStats: ...
+
+
+@dataclass
+class ScriptedEngine:
+    """Each request waits in its queue until `release` lets it start (or its deadline
+    passes: then it times out, as the engine's scheduler does), then streams
+    `num_tokens` tokens of `text` and finishes with LENGTH."""
+
+    num_tokens: int = 3
+    text: str = "ok "
+    auto_release: bool = False
+    token_gap_s: float = 0.0
+    waiting: dict[RequestId, asyncio.Event] = field(default_factory=dict)
+    arrived: list[GenerationRequest] = field(default_factory=list)
+    aborted: list[RequestId] = field(default_factory=list)
+    num_running: int = 0
+
+    def release(self, n: int | None = None) -> None:
+        """Let the oldest `n` waiting requests (all when None) start."""
+        for gate in list(self.waiting.values())[:n]:
+            gate.set()
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+        rid, clock = request.request_id, request.clock
+        self.arrived.append(request)
+        gate = self.waiting[rid] = asyncio.Event()
+        if self.auto_release:
+            gate.set()
+        finished = False
+        try:
+            deadline_s = (
+                None if request.deadline_ts is None else request.deadline_ts - clock.arrival_ts
+            )
+            try:
+                await asyncio.wait_for(gate.wait(), deadline_s)
+            except TimeoutError:
+                clock.finished_ts = time.monotonic()
+                finished = True
+                yield FinishEvent(FinishReason.TIMEOUT, "", len(request.prompt_ids), 0, clock)
+                return
+            del self.waiting[rid]
+            clock.scheduled_ts = time.monotonic()
+            self.num_running += 1
+            for i in range(self.num_tokens):
+                if i and self.token_gap_s:
+                    await asyncio.sleep(self.token_gap_s)
+                yield TokenEvent(self.text, (i + 10,), time.monotonic())
+            clock.finished_ts = time.monotonic()
+            finished = True
+            yield FinishEvent(
+                FinishReason.LENGTH, "", len(request.prompt_ids), self.num_tokens, clock
+            )
+        finally:
+            self.waiting.pop(rid, None)
+            if clock.scheduled_ts is not None:
+                self.num_running -= 1
+            if not finished:
+                self.aborted.append(rid)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(len(self.waiting), 0, self.num_running, 100, 0, 0, 0, 0, 0, 0, None)
+
+
+@dataclass
+class FakeEmbedder:
+    """Vectors of the texts' lengths; a text over `max_tokens` words is refused as the
+    worker refuses one, naming it by its index."""
+
+    max_tokens: int = 8
+
+    async def embed(self, texts: list[str]) -> EmbedResult:
+        counts = [len(t.split()) for t in texts]
+        for i, n in enumerate(counts):
+            if n > self.max_tokens:
+                raise InvalidRequest(
+                    f"input[{i}] has {n} tokens, more than this model's limit of "
+                    f"{self.max_tokens}.",
+                    param=f"input[{i}]",
+                    code="context_length_exceeded",
+                )
+        return EmbedResult([[float(len(t)), 1.0] for t in texts], sum(counts))
+
+
+@dataclass
+class FakeWorker:
+    id: str
+    engines: dict[str, Engine | FakeEmbedder]
+    limits: SlotLimits
+    prefill_tokens_per_s: float | None = None
+    decode_step_s: float | None = None
+
+    def heartbeat(self) -> Heartbeat:
+        slots = []
+        for key, engine in self.engines.items():
+            stats = stats_wire(engine.stats()) if not isinstance(engine, FakeEmbedder) else None
+            limits = None if isinstance(engine, FakeEmbedder) else self.limits
+            report = SlotReport(
+                key,
+                "ready",
+                1.0,
+                None,
+                limits,
+                stats,
+                self.prefill_tokens_per_s,
+                self.decode_step_s,
+            )
+            slots.append(report)
+        return Heartbeat(slots)
+
+
+class FakeWorkers:
+    """The gateway's WorkerLink to in-process workers (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.registry: WorkerRegistry | None = None
+        self.workers: dict[str, FakeWorker] = {}
+        self.failed: list[str] = []
+
+    def add(
+        self,
+        worker_id: str,
+        engines: dict[str, Engine | FakeEmbedder],
+        limits: SlotLimits | None = None,
+        **rates: float,
+    ) -> FakeWorker:
+        limits = limits or SlotLimits(max_model_len=4096, kv_capacity_tokens=4096, max_num_seqs=8)
+        worker = self.workers[worker_id] = FakeWorker(worker_id, engines, limits, **rates)
+        if self.registry is not None:
+            self._register(worker)
+        return worker
+
+    def attach(self, registry: WorkerRegistry) -> None:
+        self.registry = registry
+        for worker in self.workers.values():
+            self._register(worker)
+
+    def _register(self, worker: FakeWorker) -> None:
+        assert self.registry is not None
+        address = f"fake://{worker.id}"
+        self.registry.register(RegisterRequest(worker.id, address, "cpu", 1 << 30, 0))
+        self.registry.heartbeat(worker.id, worker.heartbeat())
+
+    def beat(self) -> None:
+        for worker in self.workers.values():
+            if self.registry is not None:
+                self.registry.heartbeat(worker.id, worker.heartbeat())
+
+    async def generate(
+        self, replica: Replica, slot: str, request: GenerationRequest
+    ) -> AsyncGenerator[EngineEvent, None]:
+        engine = self.workers[replica.id].engines[slot]
+        assert not isinstance(engine, FakeEmbedder)
+        # The worker's copy of the request: its own clock, as across a process boundary.
+        now = time.monotonic()
+        own = GenerationRequest(
+            request.request_id,
+            list(request.prompt_ids),
+            request.params,
+            request.priority,
+            RequestClock(now),
+            request.deadline_ts,
+        )
+        if isinstance(engine, AsyncLLMEngine):
+            try:
+                engine.check_request(own)
+            except RequestRejected as exc:
+                raise InvalidRequest(str(exc), code="context_length_exceeded") from exc
+        events = engine.generate(own)
+        try:
+            async for event in events:
+                if isinstance(event, TokenEvent):
+                    yield TokenEvent(event.text, event.token_ids, time.monotonic())
+                    continue
+                clock = request.clock
+                if event.clock.queue_time_s is not None:
+                    clock.scheduled_ts = clock.arrival_ts + event.clock.queue_time_s
+                yield FinishEvent(
+                    event.reason,
+                    event.text,
+                    event.num_prompt_tokens,
+                    event.num_output_tokens,
+                    clock,
+                    event.error,
+                )
+                return
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+
+    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult:
+        engine = self.workers[replica.id].engines[slot]
+        assert isinstance(engine, FakeEmbedder)
+        return await engine.embed(texts)
+
+
+@dataclass
+class Gateway:
+    url: str
+    services: Services
+    workers: FakeWorkers
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield  # the test runner keeps its own signal handlers
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """An ASGI app under a real uvicorn server on 127.0.0.1, in this event loop; its URL."""
+    server = _Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "the server did not start"
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(
+    data_dir: Path,
+    workers: FakeWorkers,
+    tokenizer: Tokenizer,
+    config: str | None = None,
+    **settings: Any,
+) -> AsyncIterator[Gateway]:
+    config_path = None
+    if config is not None:
+        config_path = data_dir / "vigil.toml"
+        config_path.write_text(config)
+    settings = {"auth": "open", **settings}
+    serve = ServeSettings(data_dir=data_dir, config_path=config_path, **settings)
+    await asyncio.to_thread(migrate, serve.resolved_database_url)
+    services = build_services(
+        serve, "worker-token", link=workers, tokenizers=TokenizerCache(lambda _: tokenizer)
+    )
+    workers.attach(services.workers)
+    beating = asyncio.create_task(_beat(workers))
+    try:
+        async with serving(create_app(services)) as url:
+            yield Gateway(url, services, workers)
+    finally:
+        beating.cancel()
+
+
+async def _beat(workers: FakeWorkers) -> None:
+    while True:
+        workers.beat()
+        await asyncio.sleep(HEARTBEAT_INTERVAL_S)

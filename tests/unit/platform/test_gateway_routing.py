@@ -1,0 +1,171 @@
+"""Which worker and version take each request, seen through the gateway: load counted
+by the requests' own leases, prefix affinity, suspects avoided, canary shares, and
+embeddings to a worker's embedder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fakes import FakeEmbedder, FakeWorkers, Gateway, ScriptedEngine, running_gateway
+
+from vigil.engine.bundled import MINILM, SMOLLM2
+from vigil.platform.control.specs import bundled_version
+
+STABLE = bundled_version(SMOLLM2).key
+CANARY = f"{SMOLLM2}@warm"
+EMBED = bundled_version(MINILM).key
+CONFIG = f"""
+[[versions]]
+model = "{SMOLLM2}"
+version = "warm"
+artifact = "bundled:{SMOLLM2}"
+
+[[deployments]]
+name = "chat"
+model = "{SMOLLM2}"
+interactive = {{ max_queue = 64, max_queue_wait_s = 60 }}
+slo = {{ ttft_p99_s = 60, min_tokens_per_s = 0.1 }}
+canary = {{ version = "warm", weight = 10 }}
+"""
+
+
+@pytest.fixture(scope="module")
+async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    for worker_id in ("w1", "w2"):
+        engines = {STABLE: ScriptedEngine(), CANARY: ScriptedEngine(), EMBED: FakeEmbedder()}
+        workers.add(worker_id, engines, prefill_tokens_per_s=5000.0)
+    async with running_gateway(
+        tmp_path_factory.mktemp("gateway-routing"), workers, smollm2_tokenizer, config=CONFIG
+    ) as gw:
+        yield gw
+
+
+@pytest.fixture
+async def client(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as c:
+        yield c
+    release_all(gateway)
+
+
+def scripted(gateway: Gateway, worker: str, key: str) -> ScriptedEngine:
+    engine = gateway.workers.workers[worker].engines[key]
+    assert isinstance(engine, ScriptedEngine)
+    return engine
+
+
+def release_all(gateway: Gateway) -> None:
+    for worker in gateway.workers.workers.values():
+        for engine in worker.engines.values():
+            if isinstance(engine, ScriptedEngine):
+                engine.release()
+                engine.auto_release = False
+
+
+def chat(text: str = "Say hi.") -> dict[str, Any]:
+    return {"model": "chat", "messages": [{"role": "user", "content": text}]}
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+async def test_a_burst_is_spread_by_the_requests_in_flight(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    # Stable only: a canary turn would take one of the burst elsewhere.
+    gateway.services.view.canary._credit["chat"] = -1000
+    try:
+        tasks = []
+        for n in range(1, 7):
+            tasks.append(asyncio.create_task(client.post("/v1/chat/completions", json=chat())))
+            await until(lambda n=n: gateway.services.loads.num_open() == n)
+        w1, w2 = (len(scripted(gateway, w, STABLE).waiting) for w in ("w1", "w2"))
+        assert (w1, w2) == (3, 3)  # heartbeats never told: only the leases know
+        scripted(gateway, "w1", STABLE).release()
+        await until(lambda: gateway.services.loads.num_open() == 3)
+        more = asyncio.create_task(client.post("/v1/chat/completions", json=chat()))
+        await until(lambda: gateway.services.loads.num_open() == 4)
+        assert len(scripted(gateway, "w1", STABLE).waiting) == 1  # the idle one
+        release_all(gateway)
+        responses = await asyncio.gather(*tasks, more)
+    finally:
+        gateway.services.view.canary._credit["chat"] = 0
+    assert {r.status_code for r in responses} == {200}
+
+
+async def test_a_suspect_worker_gets_no_new_requests(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    for engine in (STABLE, CANARY):
+        for worker in ("w1", "w2"):
+            scripted(gateway, worker, engine).auto_release = True
+    gateway.services.workers.mark_failed("w1")
+    replicas = [
+        (await client.post("/v1/chat/completions", json=chat())).headers["x-vigil-replica"]
+        for _ in range(6)
+    ]
+    assert set(replicas) == {"w2"}
+
+
+async def test_prompts_with_a_shared_start_go_where_it_is_cached(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    for engine in (STABLE, CANARY):
+        for worker in ("w1", "w2"):
+            scripted(gateway, worker, engine).auto_release = True
+    system = "You are a careful assistant. " * 30  # well over the 64 tokens of a prefix key
+    body = lambda q: {  # noqa: E731
+        "model": "chat",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": q}],
+    }
+    replicas = Counter(
+        [
+            (await client.post("/v1/chat/completions", json=body(f"Question {i}?"))).headers[
+                "x-vigil-replica"
+            ]
+            for i in range(8)
+        ]
+    )
+    assert len(replicas) == 1  # idle replicas: the one holding the prefix keeps it
+
+
+async def test_a_ten_percent_canary_serves_exactly_one_in_ten(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    for engine in (STABLE, CANARY):
+        for worker in ("w1", "w2"):
+            scripted(gateway, worker, engine).auto_release = True
+    served = Counter(
+        [
+            (await client.post("/v1/chat/completions", json=chat())).headers["x-vigil-served-by"]
+            for _ in range(20)
+        ]
+    )
+    assert served == {STABLE.replace("@", "/"): 18, CANARY.replace("@", "/"): 2}
+
+
+async def test_embeddings_come_back_in_order_and_a_long_input_is_named(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    r = await client.post("/v1/embeddings", json={"model": MINILM, "input": ["a b", "ccc"]})
+    assert r.status_code == 200, r.text
+    assert [d["embedding"] for d in r.json()["data"]] == [[3.0, 1.0], [3.0, 1.0]]
+    assert r.json()["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    assert r.headers["x-vigil-served-by"] == EMBED.replace("@", "/")
+    too_long = "word " * 20
+    one = await client.post("/v1/embeddings", json={"model": MINILM, "input": too_long})
+    assert one.status_code == 400 and one.json()["error"]["param"] == "input"
+    listed = await client.post("/v1/embeddings", json={"model": MINILM, "input": ["ok", too_long]})
+    assert listed.json()["error"]["param"] == "input[1]"
+    wrong = await client.post("/v1/embeddings", json={"model": "chat", "input": "hi"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "wrong_model_kind"
