@@ -10,16 +10,13 @@ and the KV cache's whole capacity. A deployment may cap either part tighter.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-Field = Literal["prompt", "max_tokens"]
 
 
 class RequestRejected(ValueError):
     """A request that can never be served as asked: bad input, not back-pressure.
-    `param` names the part to change."""
+    `param` names the part to change ("prompt", "max_tokens", "input[3]")."""
 
-    def __init__(self, message: str, param: Field) -> None:
+    def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
         self.param = param
 
@@ -61,3 +58,14 @@ def fit_request(num_prompt_tokens: int, max_tokens: int | None, limit: ContextLi
             "max_tokens",
         )
     return max_tokens
+
+
+def check_embedding_inputs(num_tokens: list[int], max_tokens: int) -> None:
+    """Each text to embed must fit the encoder's window; the first one over is named."""
+    for i, n in enumerate(num_tokens):
+        if n > max_tokens:
+            raise RequestRejected(
+                f"input[{i}] has {n} tokens, more than this model's limit of {max_tokens}. "
+                "Shorten or split the text.",
+                f"input[{i}]",
+            )

@@ -27,7 +27,7 @@ import torch
 import uvicorn
 
 from vigil.engine.async_engine import AsyncLLMEngine
-from vigil.engine.limits import RequestRejected
+from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.llm import LanguageModel, build_llama
 from vigil.engine.model.config import LlamaConfig
@@ -188,14 +188,10 @@ class FakeEmbedder:
 
     async def embed(self, texts: list[str]) -> EmbedResult:
         counts = [len(t.split()) for t in texts]
-        for i, n in enumerate(counts):
-            if n > self.max_tokens:
-                raise InvalidRequest(
-                    f"input[{i}] has {n} tokens, more than this model's limit of "
-                    f"{self.max_tokens}.",
-                    param=f"input[{i}]",
-                    code="context_length_exceeded",
-                )
+        try:
+            check_embedding_inputs(counts, self.max_tokens)
+        except RequestRejected as exc:
+            raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
         return EmbedResult([[float(len(t)), 1.0] for t in texts], sum(counts))
 
 

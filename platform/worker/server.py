@@ -26,7 +26,7 @@ from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from vigil.engine.device import free_memory_bytes
-from vigil.engine.limits import RequestRejected
+from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.request import (
     FinishEvent,
     GenerationRequest,
@@ -144,14 +144,10 @@ async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
         )
     model = slot.embedder.model
     counts = [model.count_tokens(t) for t in data.texts]
-    for i, n in enumerate(counts):
-        if n > model.max_seq_len:
-            raise InvalidRequest(
-                f"input[{i}] has {n} tokens, more than this model's limit of "
-                f"{model.max_seq_len}. Shorten or split the text.",
-                param=f"input[{i}]",
-                code="context_length_exceeded",
-            )
+    try:
+        check_embedding_inputs(counts, model.max_seq_len)
+    except RequestRejected as exc:
+        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
     slot.in_flight += 1
     try:
         vectors = await slot.embedder.embed(data.texts)

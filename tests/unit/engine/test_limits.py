@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from vigil.engine.limits import ContextLimit, RequestRejected, fit_request
+from vigil.engine.limits import (
+    ContextLimit,
+    RequestRejected,
+    check_embedding_inputs,
+    fit_request,
+)
 
 
 def test_a_request_without_max_tokens_gets_all_the_room_its_prompt_leaves() -> None:
@@ -46,3 +51,10 @@ def test_a_deployment_cap_binds_only_when_tighter_and_says_so() -> None:
     assert fit_request(95, None, loose) == 5
     with pytest.raises(RequestRejected, match="maximum context length of 99"):
         fit_request(100, None, loose)
+
+
+def test_the_first_text_over_the_encoders_window_is_named() -> None:
+    check_embedding_inputs([3, 256, 2], 256)
+    with pytest.raises(RequestRejected, match="input\\[1\\] has 257 tokens") as caught:
+        check_embedding_inputs([3, 257, 900], 256)
+    assert caught.value.param == "input[1]"

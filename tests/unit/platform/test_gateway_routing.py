@@ -67,6 +67,13 @@ def release_all(gateway: Gateway) -> None:
                 engine.auto_release = False
 
 
+def answer_at_once(gateway: Gateway) -> None:
+    for worker in gateway.workers.workers.values():
+        for engine in worker.engines.values():
+            if isinstance(engine, ScriptedEngine):
+                engine.auto_release = True
+
+
 def chat(text: str = "Say hi.") -> dict[str, Any]:
     return {"model": "chat", "messages": [{"role": "user", "content": text}]}
 
@@ -106,9 +113,7 @@ async def test_a_burst_is_spread_by_the_requests_in_flight(
 async def test_a_suspect_worker_gets_no_new_requests(
     gateway: Gateway, client: httpx.AsyncClient
 ) -> None:
-    for engine in (STABLE, CANARY):
-        for worker in ("w1", "w2"):
-            scripted(gateway, worker, engine).auto_release = True
+    answer_at_once(gateway)
     gateway.services.workers.mark_failed("w1")
     replicas = [
         (await client.post("/v1/chat/completions", json=chat())).headers["x-vigil-replica"]
@@ -120,9 +125,7 @@ async def test_a_suspect_worker_gets_no_new_requests(
 async def test_prompts_with_a_shared_start_go_where_it_is_cached(
     gateway: Gateway, client: httpx.AsyncClient
 ) -> None:
-    for engine in (STABLE, CANARY):
-        for worker in ("w1", "w2"):
-            scripted(gateway, worker, engine).auto_release = True
+    answer_at_once(gateway)
     system = "You are a careful assistant. " * 30  # well over the 64 tokens of a prefix key
     body = lambda q: {  # noqa: E731
         "model": "chat",
@@ -142,9 +145,7 @@ async def test_prompts_with_a_shared_start_go_where_it_is_cached(
 async def test_a_ten_percent_canary_serves_exactly_one_in_ten(
     gateway: Gateway, client: httpx.AsyncClient
 ) -> None:
-    for engine in (STABLE, CANARY):
-        for worker in ("w1", "w2"):
-            scripted(gateway, worker, engine).auto_release = True
+    answer_at_once(gateway)
     served = Counter(
         [
             (await client.post("/v1/chat/completions", json=chat())).headers["x-vigil-served-by"]
