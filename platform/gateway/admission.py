@@ -13,6 +13,11 @@ predicted as two waits added:
 Shedding at once, in milliseconds, beats letting a request time out in the queue:
 the client can retry elsewhere or later.
 
+The model is optimistic under sustained overload (decode steps share the engine with
+prefill; requests finish later than the start rate says), so each prediction is scaled
+by `ttft_correction`: how much later than predicted recent admitted requests of the
+same engine really got their first token (see lease.py), never below 1.
+
 Order of protection: batch traffic is shed first, once the backlog would delay a new
 interactive request by `batch_shed_fraction` of its TTFT target; interactive traffic
 only when its own target would be missed.
@@ -57,6 +62,7 @@ class LoadSnapshot:
     starts_per_s: float | None  # measured rate at which queued requests start
     num_running: int = 0  # sequences in the engine's batch now
     max_num_seqs: int = 1 << 30  # the engine's batch cap
+    ttft_correction: float = 1.0  # measured actual / predicted TTFT of recent requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +123,7 @@ def _predicted_ttft(ahead: int, tokens: int, load: LoadSnapshot) -> float | None
         return None  # nothing measured yet: admit and learn
     surplus = load.num_running + ahead + 1 - load.max_num_seqs
     slot_wait = surplus / load.starts_per_s if surplus > 0 and load.starts_per_s else 0.0
-    return slot_wait + tokens / load.prefill_tokens_per_s
+    return (slot_wait + tokens / load.prefill_tokens_per_s) * load.ttft_correction
 
 
 def _shed(

@@ -124,6 +124,7 @@ class GenerationService:
             priority,
             len(place.prompt_ids),
             clock,
+            admission.predicted_ttft_s,
         )
         served_by = f"{place.version.model}/{place.version.version}"
         return Generation(lease, request, place.replica, self.link, served_by, fallback_from)

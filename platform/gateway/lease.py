@@ -32,6 +32,14 @@ from vigil.platform.gateway.admission import LoadSnapshot
 from vigil.platform.telemetry.recorder import Outcome, RequestRecord, RequestRecorder
 
 START_WINDOW_S = 10.0  # how far back the rate at which queued requests start is measured
+# TTFT correction: the ratio actual / predicted of the last TTFT_SAMPLES requests whose
+# prediction was at least TTFT_MIN_PREDICTED_S (below that, fixed costs such as the hop to
+# the worker dominate, and the ratio says nothing about queueing), at its TTFT_QUANTILE,
+# kept within [1, TTFT_MAX_CORRECTION].
+TTFT_SAMPLES = 32
+TTFT_MIN_PREDICTED_S = 0.2
+TTFT_QUANTILE = 0.9
+TTFT_MAX_CORRECTION = 4.0
 
 _OUTCOMES = {
     FinishReason.STOP: Outcome.FINISHED,
@@ -58,6 +66,7 @@ class Lease:
     num_prompt_tokens: int
     clock: RequestClock  # the request's own; arrival_ts is its arrival at the gateway
     book: LoadBook
+    predicted_ttft_s: float | None = None  # admission's prediction, when it had one
     state: LeaseState = LeaseState.QUEUED
     num_output_tokens: int = 0
 
@@ -70,7 +79,9 @@ class Lease:
         if isinstance(event, TokenEvent):
             n = len(event.token_ids)
             self.book.recorder.output_tokens(self.deployment, n, event.token_ts, self.clock)
-            self.clock.first_token_ts = self.clock.first_token_ts or event.token_ts
+            if self.clock.first_token_ts is None:
+                self.clock.first_token_ts = event.token_ts
+                self.book.first_token(self)
             self.clock.last_token_ts = event.token_ts
             self.num_output_tokens += n
         else:
@@ -100,6 +111,14 @@ class ReplicaCounts:
 class _Engine:
     open: dict[RequestId, Lease] = field(default_factory=dict)
     starts: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    ttft_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=TTFT_SAMPLES))
+
+    def ttft_correction(self) -> float:
+        if not self.ttft_ratios:
+            return 1.0
+        ratios = sorted(self.ttft_ratios)
+        at = ratios[min(len(ratios) - 1, int(TTFT_QUANTILE * len(ratios)))]
+        return min(TTFT_MAX_CORRECTION, max(1.0, at))
 
 
 class LoadBook:
@@ -118,9 +137,18 @@ class LoadBook:
         priority: Priority,
         num_prompt_tokens: int,
         clock: RequestClock,
+        predicted_ttft_s: float | None = None,
     ) -> Lease:
         lease = Lease(
-            request_id, deployment, engine_key, replica, priority, num_prompt_tokens, clock, self
+            request_id,
+            deployment,
+            engine_key,
+            replica,
+            priority,
+            num_prompt_tokens,
+            clock,
+            self,
+            predicted_ttft_s,
         )
         engine = self._engines.setdefault(engine_key, _Engine())
         assert request_id not in engine.open, f"request id {request_id} is already open"
@@ -129,6 +157,15 @@ class LoadBook:
 
     def started(self, lease: Lease) -> None:
         self._engines[lease.engine_key].starts.append(time.monotonic())
+
+    def first_token(self, lease: Lease) -> None:
+        """Learn how late the first token came against admission's prediction (made for
+        interactive requests; a batch one also waits behind them)."""
+        predicted, ttft = lease.predicted_ttft_s, lease.clock.ttft_s
+        if lease.priority is not Priority.INTERACTIVE or ttft is None:
+            return
+        if predicted is not None and predicted >= TTFT_MIN_PREDICTED_S:
+            self._engines[lease.engine_key].ttft_ratios.append(ttft / predicted)
 
     def closed(self, lease: Lease) -> None:
         del self._engines[lease.engine_key].open[lease.request_id]
@@ -180,6 +217,7 @@ class LoadBook:
             starts_per_s=_rate(engine.starts, now),
             num_running=num_running,
             max_num_seqs=max_num_seqs,
+            ttft_correction=engine.ttft_correction(),
         )
 
 

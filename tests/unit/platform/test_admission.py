@@ -143,3 +143,13 @@ def test_a_full_batch_adds_the_wait_for_a_slot() -> None:
     assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TTFT)
     roomy = replace(snap, max_num_seqs=8)
     assert decide(I, 100, roomy, SPEC).predicted_ttft_s == pytest.approx(0.3)
+
+
+def test_predictions_are_scaled_by_how_late_recent_first_tokens_came() -> None:
+    # 1,000 prompt tokens at 1,000 tokens/s: 1.1 s with this prompt, under the 2 s target.
+    snap = load(queued=(1, 0), tokens=(1000, 0), starts=None)
+    assert decide(I, 100, snap, SPEC).verdict is Verdict.ADMIT
+    late = replace(snap, ttft_correction=2.0)  # first tokens have come twice as late
+    a = decide(I, 100, late, SPEC)
+    assert a.predicted_ttft_s == pytest.approx(2.2)
+    assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TTFT)

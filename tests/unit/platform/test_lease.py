@@ -140,3 +140,26 @@ def test_a_lease_left_before_its_finish_ends_as_aborted_and_leaves_every_count(
     assert value(registry, "vigil_requests_total", deployment="chat", outcome="aborted") == 2
     with pytest.raises(AssertionError, match="event after close"):
         running.observe(token(time.monotonic()))
+
+
+def test_admission_learns_how_late_first_tokens_come_against_its_predictions(
+    book: LoadBook,
+) -> None:
+    def served(rid: str, predicted: float | None, ttft: float, priority: Priority = I) -> None:
+        clock = RequestClock(100.0)
+        lease = book.open(RequestId(rid), "chat", "m@1", "w1", priority, 10, clock, predicted)
+        lease.observe(token(100.0 + ttft))
+        lease.observe(finish(FinishReason.LENGTH, clock))
+
+    assert book.snapshot("m@1", 8, None, None).ttft_correction == 1.0  # nothing learnt yet
+    served("early", 1.0, 0.5)  # faster than predicted: never below 1
+    assert book.snapshot("m@1", 8, None, None).ttft_correction == 1.0
+    served("tiny", 0.01, 0.3)  # fixed costs over a tiny prediction: not learnt from
+    served("batch", 0.5, 5.0, priority=B)  # a batch request waits behind interactive ones
+    assert book.snapshot("m@1", 8, None, None).ttft_correction == 1.0
+    for i in range(10):
+        served(f"late{i}", 0.5, 1.5)  # three times later than predicted
+    assert book.snapshot("m@1", 8, None, None).ttft_correction == pytest.approx(3.0)
+    for i in range(40):
+        served(f"very-late{i}", 0.5, 50.0)
+    assert book.snapshot("m@1", 8, None, None).ttft_correction == 4.0  # bounded
