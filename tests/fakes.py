@@ -8,7 +8,8 @@
   then streams a fixed number of tokens.
 - `FakeWorkers`: the gateway's WorkerLink, in process. Each fake worker registers and
   heart-beats into the gateway's WorkerRegistry as a worker process does, and runs
-  either kind of engine, with the worker's own copy of each request's clock.
+  either kind of engine, with the worker's own copy of each request's clock; a worker
+  set to dead stops heart-beating and cannot be reached.
 - `running_gateway`: the whole gateway (`build_services` + `create_app`) under a real
   uvicorn server on 127.0.0.1, on its own SQLite database, with FakeWorkers behind it.
 """
@@ -46,6 +47,7 @@ from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.app import create_app
 from vigil.platform.control.migrate import migrate
 from vigil.platform.errors import InvalidRequest
+from vigil.platform.gateway.link import WorkerUnreachable
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
 from vigil.platform.services import Services, build_services
@@ -202,6 +204,7 @@ class FakeWorker:
     limits: SlotLimits
     prefill_tokens_per_s: float | None = None
     decode_step_s: float | None = None
+    alive: bool = True  # a dead one neither heart-beats nor answers
 
     def heartbeat(self) -> Heartbeat:
         slots = []
@@ -256,22 +259,29 @@ class FakeWorkers:
 
     def beat(self) -> None:
         for worker in self.workers.values():
-            if self.registry is not None:
+            if self.registry is not None and worker.alive:
                 self.registry.heartbeat(worker.id, worker.heartbeat())
 
-    async def generate(
+    def _reach(self, replica: Replica) -> FakeWorker:
+        worker = self.workers[replica.id]
+        if not worker.alive:
+            assert self.registry is not None
+            self.registry.mark_failed(worker.id)
+            raise WorkerUnreachable(f"worker {worker.id}: ConnectError")
+        return worker
+
+    async def open(
         self, replica: Replica, slot: str, request: GenerationRequest
     ) -> AsyncGenerator[EngineEvent, None]:
-        engine = self.workers[replica.id].engines[slot]
+        engine = self._reach(replica).engines[slot]
         assert not isinstance(engine, FakeEmbedder)
         # The worker's copy of the request: its own clock, as across a process boundary.
-        now = time.monotonic()
         own = GenerationRequest(
             request.request_id,
             list(request.prompt_ids),
             request.params,
             request.priority,
-            RequestClock(now),
+            RequestClock(time.monotonic()),
             request.deadline_ts,
         )
         if isinstance(engine, AsyncLLMEngine):
@@ -279,6 +289,11 @@ class FakeWorkers:
                 engine.check_request(own)
             except RequestRejected as exc:
                 raise InvalidRequest(str(exc), code="context_length_exceeded") from exc
+        return self._events(engine, own, request)
+
+    async def _events(
+        self, engine: Engine, own: GenerationRequest, request: GenerationRequest
+    ) -> AsyncGenerator[EngineEvent, None]:
         events = engine.generate(own)
         try:
             async for event in events:
@@ -301,7 +316,7 @@ class FakeWorkers:
             await events.aclose()  # type: ignore[attr-defined]
 
     async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult:
-        engine = self.workers[replica.id].engines[slot]
+        engine = self._reach(replica).engines[slot]
         assert isinstance(engine, FakeEmbedder)
         return await engine.embed(texts)
 

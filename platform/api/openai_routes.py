@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 import time
 import uuid
+from typing import Any
 
 import numpy as np
-from litestar import Controller, Response, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.response import Stream
 
 from vigil.platform.api.openai_schemas import (
@@ -28,6 +29,7 @@ from vigil.platform.api.openapi_docs import OperationDocs, documented
 from vigil.platform.api.streaming import (
     chat_chunks,
     chat_completion,
+    collect_while_connected,
     completion,
     completion_chunks,
     response_headers,
@@ -39,6 +41,7 @@ from vigil.platform.gateway.generation import GenerationService
 from vigil.platform.gateway.serving import ServingView
 from vigil.platform.settings import ServeSettings
 
+CLIENT_CLOSED_REQUEST = 499  # nobody reads it: the client has gone
 INFERENCE_ERRORS = (400, 401, 403, 404, 413, 429, 500, 503)
 CHAT_DOCS = OperationDocs(
     ok=ChatCompletion,
@@ -85,17 +88,20 @@ class OpenAIController(Controller):
     async def chat_completions(
         self,
         data: ChatCompletionRequest,
+        request: Request[Any, Any, Any],
         generation: GenerationService,
         principal: Principal,
         settings: ServeSettings,
-    ) -> Response[ChatCompletion] | Stream:
-        started = generation.start(data.params(), principal, time.monotonic())
+    ) -> Response[ChatCompletion] | Response[None] | Stream:
+        started = await generation.start(data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
             chunks = chat_chunks(started, data.include_usage, settings.sse_keepalive_s)
             return Stream(chunks, media_type="text/event-stream", headers=headers)
-        text, finish = await started.collect()
-        return Response(chat_completion(started, text, finish), headers=headers)
+        answer = await collect_while_connected(started, request)
+        if answer is None:
+            return Response(None, status_code=CLIENT_CLOSED_REQUEST)
+        return Response(chat_completion(started, *answer), headers=headers)
 
     @post(
         "/completions",
@@ -106,17 +112,20 @@ class OpenAIController(Controller):
     async def completions(
         self,
         data: CompletionRequest,
+        request: Request[Any, Any, Any],
         generation: GenerationService,
         principal: Principal,
         settings: ServeSettings,
-    ) -> Response[Completion] | Stream:
-        started = generation.start(data.params(), principal, time.monotonic())
+    ) -> Response[Completion] | Response[None] | Stream:
+        started = await generation.start(data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
             chunks = completion_chunks(started, data.include_usage, settings.sse_keepalive_s)
             return Stream(chunks, media_type="text/event-stream", headers=headers)
-        text, finish = await started.collect()
-        return Response(completion(started, text, finish), headers=headers)
+        answer = await collect_while_connected(started, request)
+        if answer is None:
+            return Response(None, status_code=CLIENT_CLOSED_REQUEST)
+        return Response(completion(started, *answer), headers=headers)
 
     @post(
         "/embeddings",

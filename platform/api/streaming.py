@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
+from litestar import Request
 
 from vigil.engine.request import FinishEvent, FinishReason
 from vigil.platform.api.errors import body_of
@@ -77,6 +78,34 @@ def completion(generation: Generation, text: str, finish: FinishEvent) -> Comple
     return Completion(
         generation.request_id, int(time.time()), generation.deployment, [choice], usage_of(finish)
     )
+
+
+async def collect_while_connected(
+    generation: Generation, request: Request[Any, Any, Any]
+) -> tuple[str, FinishEvent] | None:
+    """The whole answer, or None once the client has gone: then the request is aborted in
+    the engine instead of generating to its end for nobody."""
+    collecting = asyncio.ensure_future(generation.collect())
+    watching = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({collecting, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watching.cancel()
+        if not collecting.done():
+            collecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+    if not collecting.done() or collecting.cancelled():
+        with contextlib.suppress(asyncio.CancelledError):
+            await collecting
+        return None
+    return collecting.result()
+
+
+async def _disconnected(request: Request[Any, Any, Any]) -> None:
+    """Returns when the client closes the connection (the body has been read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def chat_chunks(

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from vigil.platform.errors import PermissionDenied
 from vigil.platform.gateway.auth import Principal
-from vigil.platform.gateway.link import WorkerLink
+from vigil.platform.gateway.link import WorkerLink, WorkerUnreachable
 from vigil.platform.gateway.serving import ServingView
 from vigil.platform.telemetry.recorder import RequestRecorder
+from vigil.platform.worker.protocol import EmbedResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +46,20 @@ class EmbeddingService:
                 param="model",
                 code="model_not_allowed",
             )
-        replicas = self.view.workers.serving(version.key)
-        if not replicas:
-            raise self.view.workers.unavailable(version.key)
         num_tokens, ok = 0, False
         try:
-            result = await self.link.embed(self._rng.choice(replicas), version.key, texts)
+            result = await self._embed(version.key, texts)
             num_tokens, ok = result.num_tokens, True
         finally:
             self.recorder.embedding(model, num_tokens, time.monotonic() - arrival_ts, ok)
         return Embeddings(result.vectors, num_tokens, f"{version.model}/{version.version}")
+
+    async def _embed(self, key: str, texts: list[str]) -> EmbedResult:
+        """On a replica picked at random; one that cannot be reached becomes a suspect
+        and another is tried."""
+        while replicas := self.view.workers.serving(key):
+            try:
+                return await self.link.embed(self._rng.choice(replicas), key, texts)
+            except WorkerUnreachable:
+                continue
+        raise self.view.workers.unavailable(key)

@@ -8,14 +8,16 @@ engine, and its events back.
       -> context rule with the deployment's caps (400 context_length_exceeded)
       -> admission: admit | fall back (all of the above again on the fallback
          deployment, once) | shed (429 + Retry-After)
-      -> a lease opened on the replica -> Generation: the engine's events, each seen
-         by the lease, which is closed however the request ends
+      -> a lease opened on the replica, the request sent there (another replica if it
+         cannot be reached) -> Generation: the engine's events, each seen by the
+         lease, which is closed however the request ends
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from vigil.engine.limits import ContextLimit, RequestRejected, fit_request
@@ -33,12 +35,13 @@ from vigil.platform.errors import (
     InvalidRequest,
     PermissionDenied,
     QueueTimeout,
+    ServiceUnavailable,
     VigilError,
 )
 from vigil.platform.gateway.admission import Admission, LoadSnapshot, Verdict, decide, shed_error
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.lease import Lease, LoadBook, ReplicaCounts
-from vigil.platform.gateway.link import WorkerLink
+from vigil.platform.gateway.link import Events, WorkerLink, WorkerUnreachable
 from vigil.platform.gateway.params import GenerationParams, prompt_ids, sampling
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import ServingView, engine_key
@@ -75,9 +78,10 @@ class GenerationService:
         self.loads = loads
         self.link = link
 
-    def start(
+    async def start(
         self, params: GenerationParams, principal: Principal, arrival_ts: float
     ) -> Generation:
+        """The request admitted and taken by a worker, or the error that says why not."""
         spec = self.view.deployment(params.model)
         if not principal.may_use(spec.name):
             raise PermissionDenied(
@@ -116,18 +120,48 @@ class GenerationService:
             clock=clock,
             deadline_ts=arrival_ts + place.spec.limits[priority].max_queue_wait_s,
         )
-        lease = self.loads.open(
-            request.request_id,
-            place.spec.name,
-            place.key,
-            place.replica.id,
-            priority,
-            len(place.prompt_ids),
-            clock,
-            admission.predicted_ttft_s,
-        )
+        lease, events = await self._dispatch(place, request, admission.predicted_ttft_s)
         served_by = f"{place.version.model}/{place.version.version}"
-        return Generation(lease, request, place.replica, self.link, served_by, fallback_from)
+        return Generation(lease, request, events, served_by, fallback_from)
+
+    async def _dispatch(
+        self, place: _Placement, request: GenerationRequest, predicted_ttft_s: float | None
+    ) -> tuple[Lease, Events]:
+        """Send the request to the chosen replica; one that cannot be reached becomes a
+        suspect and the next choice among the engine's other replicas gets it."""
+        replica = place.replica
+        while True:
+            lease = self.loads.open(
+                request.request_id,
+                place.spec.name,
+                place.key,
+                replica.id,
+                request.priority,
+                len(request.prompt_ids),
+                request.clock,
+                predicted_ttft_s,
+            )
+            try:
+                return lease, await self.link.open(replica, place.key, request)
+            except WorkerUnreachable:
+                lease.discard()
+            except BaseException:
+                lease.discard()
+                raise
+            replicas = self.view.workers.serving(place.key)
+            if not replicas:
+                raise ServiceUnavailable(
+                    f"No live worker could take the request for '{place.key}'; retry shortly.",
+                    code="worker_unavailable",
+                    retry_after_s=1,
+                )
+            replica = self._choose(place.key, replicas, request.prompt_ids)
+
+    def _choose(self, key: str, replicas: list[Replica], ids: list[int]) -> Replica:
+        counts = self.loads.replica_counts(key)
+        loads = [replica_load(r, key, counts.get(r.id, ReplicaCounts())) for r in replicas]
+        chosen = self.router.choose(key, loads, prefix_key(ids))
+        return next(r for r in replicas if r.id == chosen.replica)
 
     def _place(self, spec: DeploymentSpec, params: GenerationParams) -> _Placement:
         version = self.view.choose_version(spec)
@@ -138,10 +172,7 @@ class GenerationService:
         replicas = self.view.workers.serving(key)
         if not replicas:
             raise self.view.workers.unavailable(key)
-        counts = self.loads.replica_counts(key)
-        loads = [replica_load(r, key, counts.get(r.id, ReplicaCounts())) for r in replicas]
-        chosen = self.router.choose(key, loads, prefix_key(ids))
-        replica = next(r for r in replicas if r.id == chosen.replica)
+        replica = self._choose(key, replicas, ids)
         limits = replica.slots[key].limits
         assert limits is not None, f"{key} is ready on {replica.id} without limits"
         deployment_caps = ContextLimit(
@@ -198,8 +229,7 @@ class Generation:
         self,
         lease: Lease,
         request: GenerationRequest,
-        replica: Replica,
-        link: WorkerLink,
+        events: Events,
         served_by: str,
         fallback_from: str | None,
     ) -> None:
@@ -207,8 +237,7 @@ class Generation:
         self.request = request
         self.served_by = served_by  # model/version
         self.fallback_from = fallback_from  # the deployment asked for, after a fallback
-        self._replica = replica
-        self._link = link
+        self._events = events
         weakref.finalize(self, lease.close)
 
     @property
@@ -221,28 +250,30 @@ class Generation:
 
     @property
     def replica(self) -> str:
-        return self._replica.id
+        return self.lease.replica
 
-    async def events(self) -> AsyncIterator[EngineEvent]:
-        events = self._link.generate(self._replica, self.lease.engine_key, self.request)
+    async def events(self) -> AsyncGenerator[EngineEvent, None]:
         try:
-            async for event in events:
+            async for event in self._events:
                 self.lease.observe(event)
                 yield event
         finally:
-            await events.aclose()
+            await self._events.aclose()
             self.lease.close()
 
     async def collect(self) -> tuple[str, FinishEvent]:
         """The whole answer, or the error it ended with."""
         parts: list[str] = []
-        async for event in self.events():
-            parts.append(event.text)
-            if isinstance(event, FinishEvent):
-                error = finish_error(event)
-                if error is not None:
-                    raise error
-                return "".join(parts), event
+        # Closed on the way out, not whenever it is collected: until then its lease
+        # would count the request as in flight, in admission's and routing's eyes.
+        async with contextlib.aclosing(self.events()) as events:
+            async for event in events:
+                parts.append(event.text)
+                if isinstance(event, FinishEvent):
+                    error = finish_error(event)
+                    if error is not None:
+                        raise error
+                    return "".join(parts), event
         raise AssertionError("the engine's event stream ended without a FinishEvent")
 
 

@@ -93,6 +93,13 @@ class Lease:
         if self.state is not LeaseState.CLOSED:
             self._close(Outcome.ABORTED, None)
 
+    def discard(self) -> None:
+        """The request never reached a worker (refused, or the worker unreachable): it
+        leaves every count without an outcome of its own."""
+        assert self.state is LeaseState.QUEUED, f"{self.request_id}: discarded after start"
+        self.state = LeaseState.CLOSED
+        self.book.closed(self)
+
     def _close(self, outcome: Outcome, finish: FinishEvent | None) -> None:
         self.state = LeaseState.CLOSED
         self.clock.finished_ts = self.clock.finished_ts or time.monotonic()

@@ -2,12 +2,14 @@
 
 `WorkerLink` has two implementations: `HttpWorkerLink`, which calls a worker process
 over HTTP (worker/protocol.py), and an in-process fake in the tests. Its contract:
-- `generate` yields one request's engine events, ending with exactly one FinishEvent.
-  A worker that fails mid-request (connection refused or cut, a crash) does not raise:
-  the request ends with an ERROR finish, so the client gets a clean error at the end of
-  its stream, and the worker is reported to `on_failure` so new requests go elsewhere.
-  A worker that refuses the request before it starts raises the matching VigilError.
-  Closing the iterator early aborts the request on the worker.
+- `open` returns once the worker has taken the request, with an iterator of the
+  request's engine events that ends with exactly one FinishEvent. A worker that cannot
+  be reached raises WorkerUnreachable (the gateway may send the request elsewhere); one
+  that refuses the request raises the matching VigilError. Either way the request never
+  started, and the worker that failed is reported to `on_failure`.
+- After that, a worker that fails mid-request (the connection cut, a crash) does not
+  raise: the request ends with an ERROR finish, so the client gets a clean error at the
+  end of its stream. Closing the iterator early aborts the request on the worker.
 - TokenEvents carry the gateway's clock (when the token reached the gateway); the
   finish writes the worker's queue time into the request's own clock.
 """
@@ -40,13 +42,17 @@ from vigil.platform.worker.protocol import (
 )
 
 _EVENTS = msgspec.json.Decoder(TokenWire | FinishWire)
+CONNECT_TIMEOUT_S = 5.0  # a worker host that does not answer at all
 EMBED_TIMEOUT_S = 60.0
+Events = AsyncGenerator[EngineEvent, None]
+
+
+class WorkerUnreachable(Exception):
+    """The worker could not be reached; the request did not start there."""
 
 
 class WorkerLink(Protocol):
-    def generate(
-        self, replica: Replica, slot: str, request: GenerationRequest
-    ) -> AsyncGenerator[EngineEvent, None]: ...
+    async def open(self, replica: Replica, slot: str, request: GenerationRequest) -> Events: ...
 
     async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult: ...
 
@@ -59,9 +65,7 @@ class HttpWorkerLink:
         self._headers = {"Authorization": f"Bearer {token}"}
         self._on_failure = on_failure
 
-    async def generate(
-        self, replica: Replica, slot: str, request: GenerationRequest
-    ) -> AsyncGenerator[EngineEvent, None]:
+    async def open(self, replica: Replica, slot: str, request: GenerationRequest) -> Events:
         deadline = request.deadline_ts
         call = GenerateCall(
             slot=slot,
@@ -71,28 +75,42 @@ class HttpWorkerLink:
             priority=int(request.priority),
             max_queue_wait_s=None if deadline is None else max(0.0, deadline - time.monotonic()),
         )
+        sent = self._client.build_request(
+            "POST",
+            f"{replica.address}/internal/generate",
+            content=msgspec.json.encode(call),
+            headers=self._headers,
+            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+        )
         try:
-            async with self._client.stream(
-                "POST",
-                f"{replica.address}/internal/generate",
-                content=msgspec.json.encode(call),
-                headers=self._headers,
-                timeout=None,
-            ) as response:
-                if response.status_code != 200:
-                    raise _worker_error(response.status_code, await response.aread())
-                async for line in response.aiter_lines():
-                    if not line:
-                        continue
-                    event = _EVENTS.decode(line)
-                    if isinstance(event, TokenWire):
-                        yield TokenEvent(event.text, tuple(event.ids), time.monotonic())
-                    else:
-                        yield _finish(event, request)
-                        return
+            response = await self._client.send(sent, stream=True)
+        except httpx.HTTPError as exc:
+            self._on_failure(replica.id)
+            raise WorkerUnreachable(f"worker {replica.id}: {type(exc).__name__}") from exc
+        if response.status_code != 200:
+            body = await response.aread()
+            await response.aclose()
+            raise _worker_error(response.status_code, body)
+        return self._events(replica, request, response)
+
+    async def _events(
+        self, replica: Replica, request: GenerationRequest, response: httpx.Response
+    ) -> Events:
+        try:
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                event = _EVENTS.decode(line)
+                if isinstance(event, TokenWire):
+                    yield TokenEvent(event.text, tuple(event.ids), time.monotonic())
+                else:
+                    yield _finish(event, request)
+                    return
         except httpx.HTTPError as exc:
             yield self._failed(replica, request, f"failed: {type(exc).__name__}")
             return
+        finally:
+            await response.aclose()
         yield self._failed(replica, request, "stopped in the middle of the answer")
 
     def _failed(self, replica: Replica, request: GenerationRequest, what: str) -> FinishEvent:
@@ -108,15 +126,11 @@ class HttpWorkerLink:
                 f"{replica.address}/internal/embed",
                 content=msgspec.json.encode(EmbedCall(slot, texts)),
                 headers=self._headers,
-                timeout=EMBED_TIMEOUT_S,
+                timeout=httpx.Timeout(EMBED_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             )
         except httpx.HTTPError as exc:
             self._on_failure(replica.id)
-            raise ServiceUnavailable(
-                f"worker {replica.id} failed: {type(exc).__name__}",
-                code="worker_failed",
-                retry_after_s=1,
-            ) from exc
+            raise WorkerUnreachable(f"worker {replica.id}: {type(exc).__name__}") from exc
         if response.status_code != 200:
             raise _worker_error(response.status_code, response.content)
         return msgspec.json.decode(response.content, type=EmbedResult)

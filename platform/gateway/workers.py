@@ -1,8 +1,8 @@
 """The workers the gateway knows: what each runs, what it reports, whether it is alive.
 
-A worker is up while its heartbeats arrive (at most HEARTBEAT_TIMEOUT_S apart) and it
-has not just failed a request; a failed connection makes it a suspect for SUSPECT_S,
-so new requests go elsewhere at once instead of after the timeout.
+A worker is up while its heartbeats arrive (at most HEARTBEAT_TIMEOUT_S apart) and none
+of its requests has failed since the last one: a failed connection takes it out at once
+(new requests go elsewhere, /readyz says so) until its next heartbeat proves it alive.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from vigil.platform.errors import ServiceUnavailable
 from vigil.platform.worker.protocol import Heartbeat, RegisterRequest, SlotReport, stats_of
 
 HEARTBEAT_TIMEOUT_S = 3.0
-SUSPECT_S = 2.0
 
 
 @dataclass(slots=True)
@@ -27,12 +26,12 @@ class Replica:
     pid: int
     last_heartbeat_ts: float
     slots: dict[str, SlotReport] = field(default_factory=dict)
-    suspect_until_ts: float = 0.0
+    failed_ts: float = float("-inf")  # its last failed request
 
     def up(self, now_ts: float) -> bool:
         return (
             now_ts - self.last_heartbeat_ts < HEARTBEAT_TIMEOUT_S
-            and now_ts >= self.suspect_until_ts
+            and self.last_heartbeat_ts > self.failed_ts
         )
 
     def ready(self, slot_key: str) -> SlotReport | None:
@@ -62,7 +61,7 @@ class WorkerRegistry:
     def mark_failed(self, worker_id: str, now_ts: float | None = None) -> None:
         replica = self.replicas.get(worker_id)
         if replica is not None:
-            replica.suspect_until_ts = (time.monotonic() if now_ts is None else now_ts) + SUSPECT_S
+            replica.failed_ts = time.monotonic() if now_ts is None else now_ts
 
     def serving(self, slot_key: str, now_ts: float | None = None) -> list[Replica]:
         """Replicas that are up and have this engine ready."""

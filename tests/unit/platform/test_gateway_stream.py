@@ -5,7 +5,9 @@ lease closed however the request ends. No model load, no subprocess."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -38,6 +40,14 @@ async def gateway(tmp_path_factory, tiny_lm, smollm2_tokenizer) -> AsyncIterator
             yield gw
     finally:
         engine.stop()
+
+
+async def until(condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
 
 
 async def sse(response: httpx.Response) -> list[dict | str]:
@@ -123,6 +133,20 @@ async def test_a_client_that_leaves_mid_stream_aborts_the_request(gateway: Gatew
     async with httpx.AsyncClient(base_url=gateway.url) as client:
         metrics = (await client.get("/metrics")).text
     assert f'vigil_requests_total{{deployment="{SMOLLM2}",outcome="aborted"}}' in metrics
+
+
+async def test_a_client_that_gives_up_on_a_whole_answer_aborts_it_too(gateway: Gateway) -> None:
+    engine = gateway.workers.workers["w1"].engines[KEY]
+    body = {**CHAT, "max_tokens": 3000}
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        sent = asyncio.create_task(client.post("/v1/chat/completions", json=body))
+        await until(lambda: engine.stats().num_running == 1)
+        sent.cancel()  # the client closes its connection without reading an answer
+        with contextlib.suppress(asyncio.CancelledError):
+            await sent
+    t0 = time.monotonic()
+    await until(lambda: engine.stats().num_running == 0 and gateway.services.loads.num_open() == 0)
+    assert time.monotonic() - t0 < 1.0  # not run on to its 3,000 tokens
 
 
 async def test_keep_alive_comments_flow_while_a_request_waits(
