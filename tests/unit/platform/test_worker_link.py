@@ -25,7 +25,7 @@ from vigil.engine.request import (
 )
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.errors import InvalidRequest
-from vigil.platform.gateway.link import HttpWorkerLink
+from vigil.platform.gateway.link import HttpWorkerLink, WorkerUnreachable
 from vigil.platform.gateway.workers import Replica
 from vigil.platform.settings import EngineSettings
 from vigil.platform.worker.runtime import EngineSlot, Slot, SlotState, WorkerRuntime
@@ -71,7 +71,7 @@ async def test_tokens_then_one_finish_with_the_workers_queue_time(worker, link) 
     replica, _ = worker
     http, failed = link
     req = request()
-    events = [e async for e in http.generate(replica, VERSION.key, req)]
+    events = [e async for e in await http.open(replica, VERSION.key, req)]
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     assert len(tokens) == 4 and all(len(t.token_ids) == 1 for t in tokens)
     finish = events[-1]
@@ -84,7 +84,7 @@ async def test_tokens_then_one_finish_with_the_workers_queue_time(worker, link) 
 async def test_closing_the_stream_early_aborts_the_request_on_the_worker(worker, link) -> None:  # type: ignore[no-untyped-def]
     replica, slot = worker
     http, _ = link
-    events = http.generate(replica, VERSION.key, request(max_tokens=200))
+    events = await http.open(replica, VERSION.key, request(max_tokens=200))
     assert isinstance(await anext(events), TokenEvent)
     await events.aclose()
     for _ in range(200):
@@ -98,19 +98,35 @@ async def test_a_request_over_the_workers_context_is_refused_with_the_field(work
     replica, _ = worker
     http, failed = link
     with pytest.raises(InvalidRequest) as caught:
-        await anext(http.generate(replica, VERSION.key, request(n_prompt=250, max_tokens=10)))
+        await http.open(replica, VERSION.key, request(n_prompt=250, max_tokens=10))
     assert caught.value.code == "context_length_exceeded" and caught.value.param == "max_tokens"
     assert not failed  # a refusal is not a failed worker
 
 
-async def test_an_unreachable_worker_ends_the_request_with_an_error_and_is_reported(
+async def test_an_unreachable_worker_is_reported_before_the_request_starts(
     link,  # type: ignore[no-untyped-def]
 ) -> None:
     http, failed = link
     dead = Replica("gone", "http://127.0.0.1:9", "cpu", 0, 0, 0.0)
-    events = [e async for e in http.generate(dead, VERSION.key, request())]
-    assert len(events) == 1 and isinstance(events[0], FinishEvent)
-    assert events[0].reason is FinishReason.ERROR and "worker gone failed" in (
-        events[0].error or ""
-    )
+    with pytest.raises(WorkerUnreachable, match="worker gone"):
+        await http.open(dead, VERSION.key, request())
     assert failed == ["gone"]
+
+
+async def test_a_worker_that_dies_mid_answer_ends_it_with_an_error(link) -> None:  # type: ignore[no-untyped-def]
+    http, failed = link
+
+    async def cut_short(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        """A worker that takes the request, sends one event and stops."""
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        line = b'{"type":"token","text":"a","ids":[5]}\n'
+        await send({"type": "http.response.body", "body": line, "more_body": False})
+
+    async with serving(cut_short) as url:
+        replica = Replica("w9", url, "cpu", 0, 0, 0.0)
+        events = [e async for e in await http.open(replica, VERSION.key, request())]
+    assert isinstance(events[0], TokenEvent) and events[0].text == "a"
+    assert isinstance(events[1], FinishEvent) and events[1].reason is FinishReason.ERROR
+    assert "stopped in the middle of the answer" in (events[1].error or "")
+    assert failed == ["w9"]
