@@ -10,6 +10,8 @@ import jinja2
 import tokenizers
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+GIL_FREE_ENCODE_CHARS = 4096  # longer texts are encoded without holding the GIL
+
 
 class ChatTemplateError(ValueError):
     """The messages do not fit the model's chat template (raised by the template itself)."""
@@ -45,7 +47,15 @@ class Tokenizer:
         return self._template is not None
 
     def encode(self, text: str) -> list[int]:
-        return list(self.backend.encode(text, add_special_tokens=self.add_special_tokens).ids)
+        # `encode` holds the GIL throughout (a megabyte: seconds in which no other thread
+        # runs, the gateway's event loop included); `encode_batch` releases it.
+        if len(text) < GIL_FREE_ENCODE_CHARS:
+            encoding = self.backend.encode(text, add_special_tokens=self.add_special_tokens)
+        else:
+            [encoding] = self.backend.encode_batch(
+                [text], add_special_tokens=self.add_special_tokens
+            )
+        return list(encoding.ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.backend.decode(list(ids), skip_special_tokens=True))

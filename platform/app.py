@@ -69,7 +69,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await services.load_serving_view()
-        services.plane.add_listener(services.reload_serving_view)
+        services.plane.add_listener(services.on_control_change)
         sampler = asyncio.create_task(_sample_live(services), name="live-sampler")
         if local_workers is not None:
             local_workers.start()
@@ -107,6 +107,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             "registry": Provide(lambda: services.registry, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=services.settings.max_request_bytes,
         before_send=[add_request_id],
         template_config=TemplateConfig(directory=web_dir / "templates", engine=JinjaTemplateEngine),
         openapi_config=OpenAPIConfig(

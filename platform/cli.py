@@ -115,6 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="replica choice: p2c (power of two choices by load, prefix affinity; "
         "default) or round_robin (a baseline for benchmarks)  [VIGIL_ROUTING]",
     )
+    serve.add_argument(
+        "--max-request-bytes",
+        help="largest request body taken (8MiB); more gets 413  [VIGIL_MAX_REQUEST_BYTES]",
+    )
+    serve.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        help="most characters of prompt text in one request (2000000), checked before it is "
+        "tokenized; more gets 400  [VIGIL_MAX_PROMPT_CHARS]",
+    )
     _add_engine_flags(serve)
 
     worker = sub.add_parser(

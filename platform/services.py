@@ -74,6 +74,12 @@ class Services:
             await self.plane.apply_config(load_deployments(settings.config_path, generate))
         await self.reload_serving_view()
 
+    async def on_control_change(self) -> None:
+        """After a write through this gateway's control plane: keys looked up again,
+        the serving view read again."""
+        self.auth.forget_keys()
+        await self.reload_serving_view()
+
     async def reload_serving_view(self) -> None:
         self.view.set_deployments(await self.plane.serving_view())
         for version in self.view.versions_in_use():
@@ -165,8 +171,10 @@ def build_services(
         view=view,
         tokenizers=tokenizers,
         loads=loads,
-        generation=GenerationService(view, tokenizers, router, loads, link),
-        embedding=EmbeddingService(view, link, recorder),
+        generation=GenerationService(
+            view, tokenizers, router, loads, link, settings.max_prompt_chars
+        ),
+        embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
         versions=ModelVersionService(sessions),
         auth=Authenticator(ApiKeyService(sessions), AuthMode(settings.auth)),

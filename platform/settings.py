@@ -55,6 +55,11 @@ class ServeSettings:
     workers: int = 1  # local worker processes to start (0: only remote ones register)
     routing: str = "p2c"  # p2c (load-aware, prefix affinity) | round_robin (a baseline)
     worker_token: str | None = None  # shared with workers; None: a new one per start
+    # Bounds on one request, checked before any work: its body, and the text of its
+    # prompt (a chat's messages together, a completion's prompt, each embedding input
+    # and all of them together), so that no request can hold the gateway for long.
+    max_request_bytes: int = 8 << 20
+    max_prompt_chars: int = 2_000_000
 
     @property
     def resolved_database_url(self) -> str:
@@ -208,7 +213,19 @@ def serve_settings(
         workers=_int(_pick(flags.get("workers"), env, "WORKERS"), "workers", d.workers, minimum=0),
         worker_token=_env(env, "WORKER_TOKEN"),
         routing=_routing(_pick(flags.get("routing"), env, "ROUTING") or d.routing),
+        max_request_bytes=_bytes_or(
+            _pick(flags.get("max_request_bytes"), env, "MAX_REQUEST_BYTES"), d.max_request_bytes
+        ),
+        max_prompt_chars=_int(
+            _pick(flags.get("max_prompt_chars"), env, "MAX_PROMPT_CHARS"),
+            "max prompt chars",
+            d.max_prompt_chars,
+        ),
     )
+
+
+def _bytes_or(value: str | None, default: int) -> int:
+    return default if value is None else parse_bytes(value)
 
 
 def _routing(value: str) -> str:

@@ -205,10 +205,14 @@ class FakeWorker:
     prefill_tokens_per_s: float | None = None
     decode_step_s: float | None = None
     alive: bool = True  # a dead one neither heart-beats nor answers
+    failed: dict[str, str] = field(default_factory=dict)  # engine key -> its load error
 
     def heartbeat(self) -> Heartbeat:
         slots = []
         for key, engine in self.engines.items():
+            if key in self.failed:
+                slots.append(SlotReport(key, "failed", 0.0, self.failed[key]))
+                continue
             stats = stats_wire(engine.stats()) if not isinstance(engine, FakeEmbedder) else None
             limits = None if isinstance(engine, FakeEmbedder) else self.limits
             report = SlotReport(

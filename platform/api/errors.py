@@ -138,7 +138,11 @@ def _http_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     elif status == 405:
         message = f"{request.method} is not allowed on {request.url.path}: {message}."
     elif status == 413:
-        message = "The request body is larger than this server takes; split it over requests."
+        limit = request.route_handler.resolve_request_max_body_size()
+        message = (
+            f"The request body is larger than the {limit} bytes this server takes; split it "
+            "over several requests."
+        )
     return Response(
         error_body(message, error_type, None, None), status_code=status, headers=exc.headers
     )

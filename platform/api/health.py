@@ -11,7 +11,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from vigil.platform.gateway.readiness import (
     serving_ready,
-    version_error,
     version_progress,
     version_states,
 )
@@ -25,7 +24,6 @@ class Liveness(Struct):
 class Readiness(Struct, omit_defaults=True):
     status: Literal["ready", "loading"]
     versions: dict[str, str]  # model@version -> loading, ready or failed
-    errors: dict[str, str] | None = None  # model@version -> why it failed to load
     progress: dict[str, float] | None = None  # model@version -> 0-1, while loading
 
 
@@ -48,19 +46,15 @@ async def healthz() -> Liveness:
 )
 async def readyz(services: Services) -> Response[Readiness]:
     """Ready while every deployment can serve; versions rolling out (a canary, a new
-    stable) are listed with their load progress or error without changing that."""
+    stable) are listed with their state and load progress without changing that. Why a
+    version failed (it may name files on the host) is for operators: the admin API's
+    version records hold it."""
     view, tokenizers = services.view, services.tokenizers
     states = version_states(view, tokenizers)
     progress = {key: round(p, 3) for key, p in version_progress(view, states).items()}
-    errors = {
-        key: error
-        for key in states
-        for error in [version_error(view, tokenizers, key)]
-        if error is not None
-    }
     ready = serving_ready(view, states)
     versions = {key: state.value for key, state in states.items()}
-    body = Readiness("ready" if ready else "loading", versions, errors or None, progress or None)
+    body = Readiness("ready" if ready else "loading", versions, progress or None)
     return Response(body, status_code=200 if ready else 503)
 
 

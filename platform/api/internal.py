@@ -11,11 +11,16 @@ from litestar.exceptions import NotFoundException
 
 from vigil.platform.errors import Unauthorized
 from vigil.platform.services import Services
-from vigil.platform.worker.protocol import Assignment, Heartbeat, RegisterRequest
+from vigil.platform.worker.protocol import (
+    Assignment,
+    Heartbeat,
+    RegisterRequest,
+    carries_token,
+)
 
 
 async def _worker_token(request: Request[Any, Any, Any], services: Services) -> None:
-    if request.headers.get("authorization") != f"Bearer {services.worker_token}":
+    if not carries_token(request.headers.get("authorization"), services.worker_token):
         raise Unauthorized(
             "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
         )

@@ -11,6 +11,7 @@ import numpy as np
 from litestar import Controller, Request, Response, get, post
 from litestar.response import Stream
 
+from vigil.platform.api.body import decode_body
 from vigil.platform.api.openai_schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -87,12 +88,12 @@ class OpenAIController(Controller):
     )
     async def chat_completions(
         self,
-        data: ChatCompletionRequest,
         request: Request[Any, Any, Any],
         generation: GenerationService,
         principal: Principal,
         settings: ServeSettings,
     ) -> Response[ChatCompletion] | Response[None] | Stream:
+        data = decode_body(await request.body(), ChatCompletionRequest)
         started = await generation.start(data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
@@ -111,12 +112,12 @@ class OpenAIController(Controller):
     )
     async def completions(
         self,
-        data: CompletionRequest,
         request: Request[Any, Any, Any],
         generation: GenerationService,
         principal: Principal,
         settings: ServeSettings,
     ) -> Response[Completion] | Response[None] | Stream:
+        data = decode_body(await request.body(), CompletionRequest)
         started = await generation.start(data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
@@ -134,8 +135,9 @@ class OpenAIController(Controller):
         operation_class=documented(EMBEDDING_DOCS),
     )
     async def embeddings(
-        self, data: EmbeddingRequest, embedding: EmbeddingService, principal: Principal
+        self, request: Request[Any, Any, Any], embedding: EmbeddingService, principal: Principal
     ) -> Response[EmbeddingList]:
+        data = decode_body(await request.body(), EmbeddingRequest)
         try:
             result = await embedding.embed(data.model, data.texts(), principal, time.monotonic())
         except VigilError as exc:

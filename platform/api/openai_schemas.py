@@ -30,7 +30,8 @@ Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
 TopK = Annotated[int, Meta(ge=-1)]  # -1 or 0: no top-k cut (vLLM uses -1)
 Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
-StopStrings = str | Annotated[list[Annotated[str, Meta(min_length=1)]], Meta(max_length=16)]
+StopString = Annotated[str, Meta(min_length=1)]
+StopStrings = StopString | Annotated[list[StopString], Meta(max_length=16)]
 
 
 class StreamOptions(Struct, forbid_unknown_fields=True):

@@ -5,8 +5,10 @@ Decisions are pure (`bearer_token`, `requested_priority`, `effective_priority`,
 of key lookups and one token bucket per key.
 
 A key that is sent must be valid in both modes; `AuthMode.OPEN` only lets a request
-without any key through, as `ANONYMOUS`. A revoked key keeps working until its cache
-entry expires: at most `cache_ttl_s` after the revoke.
+without any key through, as `ANONYMOUS`. Lookups are cached for `cache_ttl_s`; the cache
+is dropped whenever the control plane changes through this gateway, so a key revoked
+here stops working at once, and one revoked through another gateway on the same
+database within `cache_ttl_s`.
 """
 
 from __future__ import annotations
@@ -196,6 +198,10 @@ class Authenticator:
                 code="rate_limit_exceeded",
                 retry_after_s=seconds,
             )
+
+    def forget_keys(self) -> None:
+        """Drop every cached lookup (after a control-plane change: a revoke, say)."""
+        self._cache.clear()
 
     async def _lookup(self, token: str) -> ApiKeyRecord | None:
         key_hash = hash_key(token)

@@ -7,7 +7,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from vigil.platform.errors import PermissionDenied
+from vigil.platform.errors import InvalidRequest, PermissionDenied
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.link import WorkerLink, WorkerUnreachable
 from vigil.platform.gateway.serving import ServingView
@@ -28,11 +28,13 @@ class EmbeddingService:
         view: ServingView,
         link: WorkerLink,
         recorder: RequestRecorder,
+        max_chars: int,
         rng: random.Random | None = None,
     ) -> None:
         self.view = view
         self.link = link
         self.recorder = recorder
+        self.max_chars = max_chars
         self._rng = rng or random.Random()
 
     async def embed(
@@ -46,6 +48,7 @@ class EmbeddingService:
                 param="model",
                 code="model_not_allowed",
             )
+        self._check_size(texts)
         num_tokens, ok = 0, False
         try:
             result = await self._embed(version.key, texts)
@@ -53,6 +56,22 @@ class EmbeddingService:
         finally:
             self.recorder.embedding(model, num_tokens, time.monotonic() - arrival_ts, ok)
         return Embeddings(result.vectors, num_tokens, f"{version.model}/{version.version}")
+
+    def _check_size(self, texts: list[str]) -> None:
+        """Each input, and all of them together, within max_chars: before a worker
+        spends time counting their tokens."""
+        over = next((i for i, t in enumerate(texts) if len(t) > self.max_chars), None)
+        total = sum(len(t) for t in texts)
+        if over is None and total <= self.max_chars:
+            return
+        param = "input" if over is None else f"input[{over}]"
+        size = total if over is None else len(texts[over])
+        raise InvalidRequest(
+            f"'{param}' holds {size} characters, over the {self.max_chars} this server takes "
+            "in one request; shorten or split it.",
+            param=param,
+            code="input_too_large",
+        )
 
     async def _embed(self, key: str, texts: list[str]) -> EmbedResult:
         """On a replica picked at random; one that cannot be reached becomes a suspect

@@ -15,6 +15,7 @@ engine, and its events back.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncGenerator
@@ -42,7 +43,12 @@ from vigil.platform.gateway.admission import Admission, LoadSnapshot, Verdict, d
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.lease import Lease, LoadBook, ReplicaCounts
 from vigil.platform.gateway.link import Events, WorkerLink, WorkerUnreachable
-from vigil.platform.gateway.params import GenerationParams, prompt_ids, sampling
+from vigil.platform.gateway.params import (
+    GenerationParams,
+    check_prompt_size,
+    prompt_ids,
+    sampling,
+)
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import ServingView, engine_key
 from vigil.platform.gateway.tokenizers import TokenizerCache
@@ -71,12 +77,14 @@ class GenerationService:
         router: Router,
         loads: LoadBook,
         link: WorkerLink,
+        max_prompt_chars: int,
     ) -> None:
         self.view = view
         self.tokenizers = tokenizers
         self.router = router
         self.loads = loads
         self.link = link
+        self.max_prompt_chars = max_prompt_chars
 
     async def start(
         self, params: GenerationParams, principal: Principal, arrival_ts: float
@@ -89,8 +97,9 @@ class GenerationService:
                 param="model",
                 code="model_not_allowed",
             )
+        check_prompt_size(params.prompt, self.max_prompt_chars, params.prompt_param)
         priority = principal.priority
-        place = self._place(spec, params)
+        place = await self._place(spec, params)
         admission = decide(priority, len(place.prompt_ids), place.load, spec)
         fallback_from = None
         if admission.verdict is Verdict.FALLBACK:
@@ -98,7 +107,7 @@ class GenerationService:
             self._record(spec, admission)
             fallback = self.view.deployment(spec.fallback.deployment)
             if self.view.is_ready(fallback):  # a fallback still loading is no help
-                fallback_from, place = spec.name, self._place(fallback, params)
+                fallback_from, place = spec.name, await self._place(fallback, params)
             admission = decide(
                 priority, len(place.prompt_ids), place.load, place.spec, allow_fallback=False
             )
@@ -163,9 +172,12 @@ class GenerationService:
         chosen = self.router.choose(key, loads, prefix_key(ids))
         return next(r for r in replicas if r.id == chosen.replica)
 
-    def _place(self, spec: DeploymentSpec, params: GenerationParams) -> _Placement:
+    async def _place(self, spec: DeploymentSpec, params: GenerationParams) -> _Placement:
         version = self.view.choose_version(spec)
-        ids = prompt_ids(params.prompt, self.tokenizers.require(version), params.prompt_param)
+        tokenizer = self.tokenizers.require(version)
+        # Off the event loop: a long prompt takes seconds to tokenize, and every other
+        # request, stream and probe of this gateway would wait for it.
+        ids = await asyncio.to_thread(prompt_ids, params.prompt, tokenizer, params.prompt_param)
         pool = spec.long_prompt_pool
         long_pool = pool is not None and len(ids) >= pool.min_prompt_tokens
         key = engine_key(version, long_pool)

@@ -49,6 +49,23 @@ class GenerationParams:
     min_tokens: int = 0
 
 
+def check_prompt_size(prompt: Prompt, max_chars: int, param: str) -> None:
+    """Refuse a prompt too large to be worth tokenizing (the context window would refuse
+    it anyway), before any work is spent on it."""
+    if isinstance(prompt, ChatPrompt):
+        size = sum(len(m.content) for m in prompt.messages)
+    else:
+        size = len(prompt.text) if isinstance(prompt, TextPrompt) else len(prompt.ids)
+    if size > max_chars:
+        unit = "token ids" if isinstance(prompt, TokenPrompt) else "characters"
+        raise InvalidRequest(
+            f"'{param}' holds {size} {unit}, over the {max_chars} this server takes in one "
+            "request; shorten it.",
+            param=param,
+            code="prompt_too_large",
+        )
+
+
 def prompt_ids(prompt: Prompt, tokenizer: Tokenizer, param: str) -> list[int]:
     if isinstance(prompt, ChatPrompt):
         try:

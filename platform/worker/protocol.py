@@ -16,6 +16,7 @@ Every call carries `Authorization: Bearer <worker token>`.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any, Literal
 
 from msgspec import Struct
@@ -147,3 +148,10 @@ def stats_wire(stats: EngineStats) -> dict[str, Any]:
 
 def stats_of(wire: dict[str, Any]) -> EngineStats:
     return EngineStats(**wire, last_step=None)
+
+
+def carries_token(authorization: str | None, token: str) -> bool:
+    """Whether a call's Authorization header is `Bearer <token>`, compared in constant
+    time so that its timing tells nothing about how much of a guess was right."""
+    expected = f"Bearer {token}".encode()
+    return hmac.compare_digest((authorization or "").encode(), expected)

@@ -50,6 +50,7 @@ from vigil.platform.worker.protocol import (
     SlotLimits,
     SlotReport,
     TokenWire,
+    carries_token,
     sampling_params,
     stats_wire,
 )
@@ -143,7 +144,8 @@ async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
             f"embedder {data.slot} is not ready on this worker", code="engine_not_ready"
         )
     model = slot.embedder.model
-    counts = [model.count_tokens(t) for t in data.texts]
+    # Off the event loop: long inputs take seconds to count, and heartbeats must go on.
+    counts = await asyncio.to_thread(lambda: [model.count_tokens(t) for t in data.texts])
     try:
         check_embedding_inputs(counts, model.max_seq_len)
     except RequestRejected as exc:
@@ -158,7 +160,7 @@ async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
 
 def build_worker_app(runtime: WorkerRuntime, token: str, registry: CollectorRegistry) -> Litestar:
     async def guard(request: Request[Any, Any, Any]) -> None:
-        if request.headers.get("authorization") != f"Bearer {token}":
+        if not carries_token(request.headers.get("authorization"), token):
             raise Unauthorized(
                 "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
             )

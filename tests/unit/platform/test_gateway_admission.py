@@ -306,3 +306,39 @@ async def test_request_not_started_within_its_max_wait_times_out_with_503(
     assert json.loads(data[-2])["error"]["code"] == "queue_timeout"
     metrics = (await client.get("/metrics")).text
     assert 'vigil_requests_total{deployment="chat-timeout",outcome="timed_out"} 2.0' in metrics
+
+
+async def test_a_key_revoked_through_this_gateway_stops_working_at_once(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    _, plaintext = await gateway.services.plane.keys.create("short-lived", actor="test")
+    headers = {"Authorization": f"Bearer {plaintext}"}
+    assert (await client.get("/v1/models", headers=headers)).status_code == 200  # now cached
+    await gateway.services.plane.keys.revoke("short-lived", actor="test")
+    r = await client.get("/v1/models", headers=headers)
+    assert r.status_code == 401 and error_of(r)["code"] == "invalid_api_key"
+
+
+async def test_worker_calls_need_the_worker_token(client: httpx.AsyncClient) -> None:
+    for token in ("", "Bearer wrong", "Bearer worker-toke", "bearer worker-token"):
+        r = await client.post("/internal/workers/w9/heartbeat", json={"slots": []},
+                              headers={"Authorization": token})  # fmt: skip
+        assert r.status_code == 401, token
+    r = await client.post("/internal/workers/w9/heartbeat", json={"slots": []},
+                          headers={"Authorization": "Bearer worker-token"})  # fmt: skip
+    assert r.status_code == 404  # the right token; a worker this gateway does not know
+
+
+async def test_readiness_names_a_failed_version_without_its_error(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    worker = gateway.workers.workers["w1"]
+    worker.failed[LITE] = "could not open /srv/secret/models/lite.gguf"
+    gateway.workers.beat()
+    try:
+        ready = await client.get("/readyz")
+        assert ready.json()["versions"][LITE] == "failed"
+        assert "/srv/secret" not in ready.text
+    finally:
+        del worker.failed[LITE]
+        gateway.workers.beat()
