@@ -12,7 +12,7 @@ from vigil.platform.api.admin.deps import Actor, Plane
 from vigil.platform.api.admin.responses import error_responses
 from vigil.platform.api.admin.schemas import KeyCreated, KeyIn, KeyOut, UserIn, UserOut, UserPatch
 from vigil.platform.api.admin.views import key_out, user_out
-from vigil.platform.control.users import Role
+from vigil.platform.control.access.records import Role
 
 ADMIN = {"role": Role.ADMIN}
 

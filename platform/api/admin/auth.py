@@ -16,8 +16,8 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
+from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.control.users import Role, UserRecord
 from vigil.platform.errors import PermissionDenied, Unauthorized
 
 _STATE_KEY = "admin_user"

@@ -23,8 +23,8 @@ from vigil.platform.api.admin.views import (
     slo_body,
     slo_targets,
 )
-from vigil.platform.control.drafts import VersionKey
-from vigil.platform.control.users import Role
+from vigil.platform.control.access.records import Role
+from vigil.platform.control.deployments.records import VersionKey
 
 OPERATOR = {"role": Role.OPERATOR}
 WRITE_ERRORS = error_responses(400, 404, 409)

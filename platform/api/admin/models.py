@@ -15,7 +15,7 @@ from vigil.platform.api.admin.schemas import (
     VersionOut,
 )
 from vigil.platform.api.admin.views import model_out, version_out
-from vigil.platform.control.users import Role
+from vigil.platform.control.access.records import Role
 
 OPERATOR = {"role": Role.OPERATOR}
 
@@ -25,7 +25,7 @@ class ModelController(Controller):
 
     @get("/", summary="List models", responses=error_responses())
     async def list_models(self, plane: Plane) -> list[ModelOut]:
-        return [model_out(m) for m in await plane.catalog.list_models()]
+        return [model_out(m) for m in await plane.versions.list_models()]
 
     @post(
         "/",
@@ -34,15 +34,15 @@ class ModelController(Controller):
         responses=error_responses(400, 409),
     )
     async def register_model(self, plane: Plane, actor: Actor, data: JSONBody[ModelIn]) -> ModelOut:
-        model = await plane.catalog.register_model(
+        model = await plane.versions.register_model(
             data.name, data.kind, data.description, actor=actor
         )
         return model_out(model)
 
     @get("/{name:str}", summary="A model and its versions", responses=error_responses(404))
     async def get_model(self, plane: Plane, name: FromPath[str]) -> ModelDetailOut:
-        model = await plane.catalog.get_model(name)
-        versions = await plane.catalog.list_versions(name)
+        model = await plane.versions.get_model(name)
+        versions = await plane.versions.list_versions(name)
         return ModelDetailOut(
             name=model.name,
             kind=model.kind,
@@ -53,7 +53,7 @@ class ModelController(Controller):
 
     @get("/{name:str}/versions", summary="List a model's versions", responses=error_responses(404))
     async def list_versions(self, plane: Plane, name: FromPath[str]) -> list[VersionOut]:
-        return [version_out(v) for v in await plane.catalog.list_versions(name)]
+        return [version_out(v) for v in await plane.versions.list_versions(name)]
 
     @post(
         "/{name:str}/versions",
@@ -67,7 +67,7 @@ class ModelController(Controller):
     async def register_version(
         self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[VersionIn]
     ) -> VersionOut:
-        version = await plane.catalog.register_version(
+        version = await plane.versions.register_version(
             name,
             data.version,
             data.artifact,
@@ -88,4 +88,4 @@ class ModelController(Controller):
     async def retire_version(
         self, plane: Plane, actor: Actor, name: FromPath[str], version: FromPath[str]
     ) -> VersionOut:
-        return version_out(await plane.catalog.retire_version(name, version, actor=actor))
+        return version_out(await plane.versions.retire_version(name, version, actor=actor))

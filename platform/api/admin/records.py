@@ -12,7 +12,7 @@ from vigil.platform.api.admin.deps import Plane
 from vigil.platform.api.admin.responses import error_responses
 from vigil.platform.api.admin.schemas import AuditOut, ReplicaOut
 from vigil.platform.api.admin.views import audit_out, replica_out
-from vigil.platform.control.audit import MAX_LIMIT
+from vigil.platform.control.audit.service import MAX_LIMIT
 
 
 class AuditController(Controller):

@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from vigil.engine.bundled import ModelFormat, ModelKind
-from vigil.platform.control.model_versions import VersionStatus
-from vigil.platform.control.replicas import ReplicaStatus
+from vigil.platform.control.access.records import Role
+from vigil.platform.control.replicas.records import ReplicaStatus
 from vigil.platform.control.specs import FallbackTrigger
-from vigil.platform.control.users import Role
+from vigil.platform.control.versions.records import VersionStatus
 
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Percent = Annotated[int, Meta(ge=0, le=100)]

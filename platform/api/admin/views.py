@@ -26,11 +26,10 @@ from vigil.platform.api.admin.schemas import (
     VersionOut,
     WebhookOut,
 )
-from vigil.platform.control.api_keys import ApiKeyRecord
-from vigil.platform.control.audit import AuditRecord
-from vigil.platform.control.catalog import ModelRecord, VersionRecord
-from vigil.platform.control.drafts import DeploymentDraft, DeploymentRecord, VersionKey
-from vigil.platform.control.replicas import ReplicaRecord
+from vigil.platform.control.access.records import ApiKeyRecord, UserRecord
+from vigil.platform.control.audit.records import AuditRecord
+from vigil.platform.control.deployments.records import DeploymentDraft, DeploymentRecord, VersionKey
+from vigil.platform.control.replicas.records import ReplicaRecord
 from vigil.platform.control.specs import (
     ClassLimits,
     FallbackSpec,
@@ -39,8 +38,8 @@ from vigil.platform.control.specs import (
     VersionRef,
     default_limits,
 )
-from vigil.platform.control.users import UserRecord
-from vigil.platform.control.webhooks import WebhookRecord
+from vigil.platform.control.versions.records import ModelRecord, VersionRecord
+from vigil.platform.control.webhooks.records import WebhookRecord
 
 
 def model_out(m: ModelRecord) -> ModelOut:

@@ -11,7 +11,7 @@ from vigil.platform.api.admin.deps import Actor, Plane
 from vigil.platform.api.admin.responses import error_responses
 from vigil.platform.api.admin.schemas import WebhookCreated, WebhookIn, WebhookOut, WebhookPatch
 from vigil.platform.api.admin.views import webhook_out
-from vigil.platform.control.users import Role
+from vigil.platform.control.access.records import Role
 
 OPERATOR = {"role": Role.OPERATOR}
 
