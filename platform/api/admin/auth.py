@@ -21,6 +21,9 @@ from vigil.platform.control.plane import ControlPlane
 from vigil.platform.errors import PermissionDenied, Unauthorized
 
 _STATE_KEY = "admin_user"
+# A route's `opt` for the least role it needs, when that is more than viewer.
+OPERATOR = {"role": Role.OPERATOR}
+ADMIN = {"role": Role.ADMIN}
 
 
 def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
