@@ -10,7 +10,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from vigil.platform.control.tables import Base
+# Each domain maps its tables on the one Base: importing them all fills its metadata.
+import vigil.platform.control.access.tables
+import vigil.platform.control.audit.tables
+import vigil.platform.control.deployments.tables
+import vigil.platform.control.replicas.tables
+import vigil.platform.control.versions.tables
+import vigil.platform.control.webhooks.tables  # noqa: F401
+from vigil.platform.control.db import Base
 
 target_metadata = Base.metadata
 

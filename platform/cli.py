@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vigil.engine.request import Priority
 from vigil.platform.settings import SettingsError, database_url, serve_settings
 
 if TYPE_CHECKING:
-    from vigil.platform.control.api_keys import ApiKeyRecord
+    from vigil.platform.control.access.records import ApiKeyRecord
 
 log = logging.getLogger("vigil")
 
@@ -152,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--name", required=True, help="who or what uses the key (unique)")
     create.add_argument(
         "--priority",
-        choices=["interactive", "batch"],
+        choices=[p.label for p in Priority],
         default="interactive",
         help="the key's request class (interactive)",
     )
@@ -225,21 +226,21 @@ def _make_sqlite_dir(url: str) -> None:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from vigil.platform.control.api_keys import ApiKeyError
     from vigil.platform.control.migrate import migrate
+    from vigil.platform.errors import VigilError
 
     url = database_url(args.database_url, args.data_dir)
     _make_sqlite_dir(url)
     migrate(url)
     try:
         return asyncio.run(_run_keys_command(url, args))
-    except ApiKeyError as exc:
-        print(f"vigil: {exc}", file=sys.stderr)
+    except VigilError as exc:
+        print(f"vigil: {exc.message}", file=sys.stderr)
         return 2
 
 
 async def _run_keys_command(url: str, args: argparse.Namespace) -> int:
-    from vigil.platform.control.api_keys import PRIORITY_NAMES, ApiKeyService
+    from vigil.platform.control.access.keys import ApiKeyService
     from vigil.platform.control.db import create_engine, session_factory
 
     engine = create_engine(url)
@@ -247,8 +248,10 @@ async def _run_keys_command(url: str, args: argparse.Namespace) -> int:
         service = ApiKeyService(session_factory(engine))
         if args.keys_command == "create":
             models = args.models.split(",") if args.models is not None else None
+            priority = Priority.from_label(args.priority)
+            assert priority is not None, "argparse admits class labels only"
             record, plaintext = await service.create(
-                args.name, PRIORITY_NAMES[args.priority], models, args.rate_limit, actor="cli"
+                args.name, priority, models, args.rate_limit, actor="cli"
             )
             print(plaintext)
             print(
@@ -299,13 +302,13 @@ def _read_password(from_stdin: bool) -> str:
 
 
 async def _create_user(url: str, username: str, password: str, role: str) -> int:
-    from vigil.platform.control.audit import nothing_changed
+    from vigil.platform.control.access.records import Role
+    from vigil.platform.control.access.users import UserService
     from vigil.platform.control.db import create_engine, session_factory
-    from vigil.platform.control.users import Role, UserService
 
     engine = create_engine(url)
     try:
-        users = UserService(session_factory(engine), nothing_changed)
+        users = UserService(session_factory(engine))
         user = await users.create(username, password, Role(role), actor="cli")
     finally:
         await engine.dispose()
@@ -317,7 +320,7 @@ def _describe(record: ApiKeyRecord) -> str:
     models = ",".join(sorted(record.models)) if record.models is not None else "all"
     limit = record.rate_limit_per_minute
     rate = f"{limit}/min" if limit is not None else "no rate limit"
-    return f"{record.priority.name.lower()}, models {models}, {rate}"
+    return f"{record.priority.label}, models {models}, {rate}"
 
 
 def _key_table(records: Sequence[ApiKeyRecord]) -> str:
@@ -328,7 +331,7 @@ def _key_table(records: Sequence[ApiKeyRecord]) -> str:
         (
             r.name,
             r.key_prefix + "...",
-            r.priority.name.lower(),
+            r.priority.label,
             ",".join(sorted(r.models)) if r.models is not None else "all",
             str(r.rate_limit_per_minute) if r.rate_limit_per_minute is not None else "-",
             _utc(r.created_at),

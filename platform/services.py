@@ -12,13 +12,13 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.bundled import ModelKind, bundled_source
-from vigil.platform.control.api_keys import ApiKeyService
-from vigil.platform.control.config_file import load_deployments
 from vigil.platform.control.db import create_engine, session_factory
-from vigil.platform.control.model_versions import ModelVersionService, VersionStatus
+from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.control.replicas import ReplicaReport
+from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import VersionRef, bundled_version
+from vigil.platform.control.versions.records import VersionStatus
+from vigil.platform.control.versions.service import VersionService
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
@@ -56,7 +56,7 @@ class Services:
     generation: GenerationService
     embedding: EmbeddingService
     db: AsyncEngine
-    versions: ModelVersionService
+    versions: VersionService
     auth: Authenticator
     http: httpx.AsyncClient
     worker_token: str
@@ -162,7 +162,7 @@ def build_services(
     loads = LoadBook(recorder)
     router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
-    sessions = session_factory(db)
+    plane = ControlPlane(session_factory(db))
     return Services(
         settings=settings,
         registry=registry,
@@ -176,11 +176,11 @@ def build_services(
         ),
         embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
-        versions=ModelVersionService(sessions),
-        auth=Authenticator(ApiKeyService(sessions), AuthMode(settings.auth)),
+        versions=plane.versions,
+        auth=Authenticator(plane.keys, AuthMode(settings.auth)),
         http=http,
         worker_token=worker_token,
-        plane=ControlPlane(sessions),
+        plane=plane,
     )
 
 

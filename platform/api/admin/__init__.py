@@ -1,7 +1,10 @@
-"""The admin REST API (`/api/admin/...`) over the control plane.
+"""The admin REST API (`/api/admin/...`) over the control plane. Each control-plane
+domain has one module here (versions, deployments, access, audit, webhooks, replicas)
+with its controller(s), its wire bodies and the mapping between them and the domain's
+records; auth.py, deps.py, bodies.py and responses.py are what they share.
 
 Mount it with `admin_router(plane)` in the application's route handlers, with the
-exception handlers of `vigil.platform.errors`, and add `ADMIN_OPENAPI_COMPONENTS` to the
+exception handlers of `vigil.platform.api.errors`, and add `ADMIN_OPENAPI_COMPONENTS` to the
 OpenAPI config's components so that the schema defines the Basic security scheme its
 operations refer to:
 
@@ -19,10 +22,11 @@ from litestar.di import Provide
 from litestar.openapi.spec import Components, SecurityScheme
 
 from vigil.platform.api.admin.access import KeyController, UserController
+from vigil.platform.api.admin.audit import AuditController
 from vigil.platform.api.admin.auth import admin_guard, provide_actor
 from vigil.platform.api.admin.deployments import DeploymentController
-from vigil.platform.api.admin.models import ModelController
-from vigil.platform.api.admin.records import AuditController, ReplicaController
+from vigil.platform.api.admin.replicas import ReplicaController
+from vigil.platform.api.admin.versions import ModelController
 from vigil.platform.api.admin.webhooks import WebhookController
 from vigil.platform.control.plane import ControlPlane
 

@@ -1,20 +1,83 @@
 """`/api/admin/users` and `/api/admin/keys`: who may sign in, and the API keys of the
-OpenAI-compatible API. Admins only, reading included."""
+OpenAI-compatible API (admins only, reading included): the controllers, their bodies,
+and the mapping from the access domain's records."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Annotated, Literal, cast
+
 from litestar import Controller, get, patch, post
 from litestar.params import FromPath, JSONBody
-from msgspec import UNSET
+from msgspec import UNSET, Meta, Struct, UnsetType, convert
+from msgspec.structs import asdict
 
 from vigil.engine.request import Priority
+from vigil.platform.api.admin.auth import ADMIN
+from vigil.platform.api.admin.bodies import In, Name, PositiveInt, given
 from vigil.platform.api.admin.deps import Actor, Plane
 from vigil.platform.api.admin.responses import error_responses
-from vigil.platform.api.admin.schemas import KeyCreated, KeyIn, KeyOut, UserIn, UserOut, UserPatch
-from vigil.platform.api.admin.views import key_out, user_out
-from vigil.platform.control.users import Role
+from vigil.platform.control.access.records import ApiKeyRecord, Role, UserRecord
 
-ADMIN = {"role": Role.ADMIN}
+# Priority.label of each class, as the schema lists them.
+PriorityName = Literal["interactive", "batch"]
+Password = Annotated[str, Meta(min_length=1, max_length=1024)]
+
+
+class UserIn(In):
+    username: Name
+    password: Password
+    role: Role = Role.VIEWER
+
+
+class UserPatch(In):
+    role: Role | UnsetType = UNSET
+    disabled: bool | UnsetType = UNSET
+    password: Password | UnsetType = UNSET
+
+
+class UserOut(Struct, kw_only=True):
+    username: str
+    role: Role
+    created_at: datetime
+    disabled_at: datetime | None
+
+
+class KeyIn(In):
+    name: Name
+    priority: PriorityName = "interactive"
+    models: list[str] | None = None  # deployments it may use; null: all
+    rate_limit_per_minute: PositiveInt | None = None
+
+
+class KeyOut(Struct, kw_only=True):
+    name: str
+    key_prefix: str
+    priority: PriorityName
+    models: list[str] | None
+    rate_limit_per_minute: int | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class KeyCreated(KeyOut, kw_only=True):
+    key: str  # shown this once; only its hash is stored
+
+
+def user_out(u: UserRecord) -> UserOut:
+    return convert(u, UserOut, from_attributes=True)
+
+
+def key_out(k: ApiKeyRecord) -> KeyOut:
+    return KeyOut(
+        name=k.name,
+        key_prefix=k.key_prefix,
+        priority=cast(PriorityName, k.priority.label),
+        models=sorted(k.models) if k.models is not None else None,
+        rate_limit_per_minute=k.rate_limit_per_minute,
+        created_at=k.created_at,
+        revoked_at=k.revoked_at,
+    )
 
 
 class UserController(Controller):
@@ -40,9 +103,9 @@ class UserController(Controller):
     ) -> UserOut:
         user = await plane.users.update(
             username,
-            role=data.role if data.role is not UNSET else None,
-            disabled=data.disabled if data.disabled is not UNSET else None,
-            password=data.password if data.password is not UNSET else None,
+            role=given(data.role),
+            disabled=given(data.disabled),
+            password=given(data.password),
             actor=actor,
         )
         return user_out(user)
@@ -63,21 +126,12 @@ class KeyController(Controller):
         responses=error_responses(400, 409),
     )
     async def create_key(self, plane: Plane, actor: Actor, data: JSONBody[KeyIn]) -> KeyCreated:
-        priority = Priority.BATCH if data.priority == "batch" else Priority.INTERACTIVE
+        priority = Priority.from_label(data.priority)
+        assert priority is not None, "the body's schema admits class labels only"
         record, plaintext = await plane.keys.create(
             data.name, priority, data.models, data.rate_limit_per_minute, actor=actor
         )
-        out = key_out(record)
-        return KeyCreated(
-            name=out.name,
-            key_prefix=out.key_prefix,
-            priority=out.priority,
-            models=out.models,
-            rate_limit_per_minute=out.rate_limit_per_minute,
-            created_at=out.created_at,
-            revoked_at=out.revoked_at,
-            key=plaintext,
-        )
+        return KeyCreated(**asdict(key_out(record)), key=plaintext)
 
     @post(
         "/{name:str}/revoke",

@@ -16,11 +16,14 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
+from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.control.users import Role, UserRecord
 from vigil.platform.errors import PermissionDenied, Unauthorized
 
 _STATE_KEY = "admin_user"
+# A route's `opt` for the least role it needs, when that is more than viewer.
+OPERATOR = {"role": Role.OPERATOR}
+ADMIN = {"role": Role.ADMIN}
 
 
 def basic_credentials(authorization: str | None) -> tuple[str, str] | None:

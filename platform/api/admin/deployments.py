@@ -1,33 +1,195 @@
-"""`/api/admin/deployments`: deployments, canaries and SLOs. Thin: validate -> service ->
-body. Writes that carry a `revision` are refused with 409 when it is stale."""
+"""`/api/admin/deployments`: deployments, canaries and SLOs: the controller (thin:
+validate -> service -> body), its bodies, and the mapping to and from the deployments
+domain's drafts and records. Writes that carry a `revision` are refused with 409 when it
+is stale."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
+from datetime import datetime
+from typing import Annotated, Any
+
 from litestar import Controller, get, patch, post, put
 from litestar.params import FromPath, JSONBody
+from msgspec import UNSET, Meta, Struct, UnsetType, structs
 
+from vigil.engine.request import Priority
+from vigil.platform.api.admin.auth import OPERATOR
+from vigil.platform.api.admin.bodies import In, Name, Percent, PositiveInt, Revision, VersionName
 from vigil.platform.api.admin.deps import Actor, Plane
 from vigil.platform.api.admin.responses import error_responses
-from vigil.platform.api.admin.schemas import (
-    ActionIn,
-    CanaryIn,
-    DeploymentIn,
-    DeploymentOut,
-    DeploymentPatch,
-    SLOBody,
+from vigil.platform.control.deployments.records import (
+    DeploymentDraft,
+    DeploymentRecord,
+    VersionKey,
 )
-from vigil.platform.api.admin.views import (
-    deployment_out,
-    new_draft,
-    patched_draft,
-    slo_body,
-    slo_targets,
+from vigil.platform.control.specs import (
+    ClassLimits,
+    FallbackSpec,
+    FallbackTrigger,
+    LongPromptPool,
+    SLOTargets,
+    VersionRef,
+    default_limits,
 )
-from vigil.platform.control.drafts import VersionKey
-from vigil.platform.control.users import Role
 
-OPERATOR = {"role": Role.OPERATOR}
 WRITE_ERRORS = error_responses(400, 404, 409)
+
+
+class ClassLimitsBody(In):
+    max_queue: Annotated[int, Meta(ge=0)]
+    max_queue_wait_s: Annotated[float, Meta(gt=0)]
+
+
+class LimitsBody(In):  # one field per priority class, named by its label
+    interactive: ClassLimitsBody
+    batch: ClassLimitsBody
+
+
+class FallbackBody(In):
+    deployment: Name
+    trigger: FallbackTrigger
+    threshold_s: Annotated[float, Meta(gt=0)]
+
+
+class LongPromptPoolBody(In):
+    min_prompt_tokens: PositiveInt
+    max_queue: PositiveInt = 16
+    max_num_seqs: PositiveInt = 4
+
+
+class SLOBody(In):
+    ttft_p99_s: float = 5.0
+    min_tokens_per_s: float = 2.0
+    batch_shed_fraction: float = 0.5
+    availability_target: float = 0.999
+    window_s: float = 3600.0
+
+
+class DeploymentIn(In):
+    name: Name  # what clients send as `model`
+    model: Name
+    version: VersionName  # the stable version
+    max_prompt_tokens: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None
+    limits: LimitsBody | None = None  # default: 64 / 30 s interactive, 256 / 120 s batch
+    fallback: FallbackBody | None = None
+    long_prompt_pool: LongPromptPoolBody | None = None
+    slo: SLOBody | None = None
+
+
+class DeploymentPatch(In):
+    revision: Revision  # the revision you read; a stale one gets 409
+    model: Name | UnsetType = UNSET  # with version: switch the stable version outright
+    version: str | UnsetType = UNSET
+    max_prompt_tokens: PositiveInt | UnsetType | None = UNSET
+    max_tokens: PositiveInt | UnsetType | None = UNSET
+    limits: LimitsBody | UnsetType = UNSET
+    fallback: FallbackBody | UnsetType | None = UNSET
+    long_prompt_pool: LongPromptPoolBody | UnsetType | None = UNSET
+
+
+class CanaryIn(In):
+    version: VersionName
+    weight: Percent  # percent of requests for the canary
+    model: Name | None = None  # default: the stable version's model
+    revision: Revision | None = None  # when given, a stale one gets 409
+
+
+class ActionIn(In):
+    revision: Revision | None = None  # when given, a stale one gets 409
+
+
+class VersionKeyOut(Struct, kw_only=True):
+    model: str
+    version: str
+
+
+class DeploymentOut(Struct, kw_only=True):
+    name: str
+    revision: int
+    stable: VersionKeyOut
+    canary: VersionKeyOut | None
+    canary_weight: int
+    max_prompt_tokens: int | None
+    max_tokens: int | None
+    limits: LimitsBody
+    fallback: FallbackBody | None
+    long_prompt_pool: LongPromptPoolBody | None
+    slo: SLOBody
+    created_at: datetime
+    updated_at: datetime
+
+
+def deployment_out(r: DeploymentRecord) -> DeploymentOut:
+    spec = r.spec
+    fb, pool = spec.fallback, spec.long_prompt_pool
+    return DeploymentOut(
+        name=spec.name,
+        revision=r.revision,
+        stable=_key_out(spec.stable),
+        canary=_key_out(spec.canary) if spec.canary is not None else None,
+        canary_weight=spec.canary_weight,
+        max_prompt_tokens=spec.max_prompt_tokens,
+        max_tokens=spec.max_tokens,
+        limits=LimitsBody(**{p.label: ClassLimitsBody(**asdict(spec.limits[p])) for p in Priority}),
+        fallback=FallbackBody(**asdict(fb)) if fb is not None else None,
+        long_prompt_pool=LongPromptPoolBody(**asdict(pool)) if pool is not None else None,
+        slo=SLOBody(**asdict(spec.slo)),
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+    )
+
+
+def _key_out(ref: VersionRef) -> VersionKeyOut:
+    return VersionKeyOut(model=ref.model, version=ref.version)
+
+
+def new_draft(body: DeploymentIn) -> DeploymentDraft:
+    return DeploymentDraft(
+        stable=VersionKey(body.model, body.version),
+        max_prompt_tokens=body.max_prompt_tokens,
+        max_tokens=body.max_tokens,
+        limits=_limits(body.limits) if body.limits is not None else default_limits(),
+        fallback=_fallback(body.fallback),
+        long_prompt_pool=_pool(body.long_prompt_pool),
+    )
+
+
+def patched_draft(draft: DeploymentDraft, body: DeploymentPatch) -> DeploymentDraft:
+    """`draft` with the fields the PATCH body sets."""
+    changes: dict[str, Any] = {}
+    if body.model is not UNSET or body.version is not UNSET:
+        model = body.model if body.model is not UNSET else draft.stable.model
+        version = body.version if body.version is not UNSET else draft.stable.version
+        changes["stable"] = VersionKey(model, version)
+    if body.max_prompt_tokens is not UNSET:
+        changes["max_prompt_tokens"] = body.max_prompt_tokens
+    if body.max_tokens is not UNSET:
+        changes["max_tokens"] = body.max_tokens
+    if body.limits is not UNSET:
+        changes["limits"] = _limits(body.limits)
+    if body.fallback is not UNSET:
+        changes["fallback"] = _fallback(body.fallback)
+    if body.long_prompt_pool is not UNSET:
+        changes["long_prompt_pool"] = _pool(body.long_prompt_pool)
+    return replace(draft, **changes)
+
+
+def _limits(body: LimitsBody) -> dict[Priority, ClassLimits]:
+    return {p: ClassLimits(**structs.asdict(getattr(body, p.label))) for p in Priority}
+
+
+def _fallback(body: FallbackBody | None) -> FallbackSpec | None:
+    return FallbackSpec(**structs.asdict(body)) if body is not None else None
+
+
+def _pool(body: LongPromptPoolBody | None) -> LongPromptPool | None:
+    return LongPromptPool(**structs.asdict(body)) if body is not None else None
+
+
+def _revision(data: ActionIn | None) -> int | None:
+    return data.revision if data is not None else None
 
 
 class DeploymentController(Controller):
@@ -37,16 +199,11 @@ class DeploymentController(Controller):
     async def list_deployments(self, plane: Plane) -> list[DeploymentOut]:
         return [deployment_out(d) for d in await plane.deployments.list()]
 
-    @post(
-        "/",
-        summary="Create a deployment",
-        opt=OPERATOR,
-        responses=error_responses(400, 409),
-    )
+    @post("/", summary="Create a deployment", opt=OPERATOR, responses=error_responses(400, 409))
     async def create_deployment(
         self, plane: Plane, actor: Actor, data: JSONBody[DeploymentIn]
     ) -> DeploymentOut:
-        slo = slo_targets(data.slo) if data.slo is not None else None
+        slo = SLOTargets(**structs.asdict(data.slo)) if data.slo is not None else None
         record = await plane.deployments.create(data.name, new_draft(data), slo=slo, actor=actor)
         return deployment_out(record)
 
@@ -102,8 +259,8 @@ class DeploymentController(Controller):
         name: FromPath[str],
         data: JSONBody[ActionIn | None] = None,
     ) -> DeploymentOut:
-        revision = data.revision if data is not None else None
-        return deployment_out(await plane.deployments.promote(name, revision=revision, actor=actor))
+        record = await plane.deployments.promote(name, revision=_revision(data), actor=actor)
+        return deployment_out(record)
 
     @post(
         "/{name:str}/rollback",
@@ -119,13 +276,12 @@ class DeploymentController(Controller):
         name: FromPath[str],
         data: JSONBody[ActionIn | None] = None,
     ) -> DeploymentOut:
-        revision = data.revision if data is not None else None
-        record = await plane.deployments.rollback(name, revision=revision, actor=actor)
+        record = await plane.deployments.rollback(name, revision=_revision(data), actor=actor)
         return deployment_out(record)
 
     @get("/{name:str}/slo", summary="A deployment's SLO targets", responses=error_responses(404))
     async def get_slo(self, plane: Plane, name: FromPath[str]) -> SLOBody:
-        return slo_body(await plane.deployments.get_slo(name))
+        return SLOBody(**asdict(await plane.deployments.get_slo(name)))
 
     @put(
         "/{name:str}/slo",
@@ -136,5 +292,5 @@ class DeploymentController(Controller):
     async def set_slo(
         self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[SLOBody]
     ) -> SLOBody:
-        slo = await plane.deployments.set_slo(name, slo_targets(data), actor=actor)
-        return slo_body(slo)
+        slo = SLOTargets(**structs.asdict(data))
+        return SLOBody(**asdict(await plane.deployments.set_slo(name, slo, actor=actor)))

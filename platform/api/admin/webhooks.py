@@ -1,19 +1,53 @@
-"""`/api/admin/webhooks`: where alerts go. The secret is in the answer to the POST that
+"""`/api/admin/webhooks`: where alerts go: the controller, its bodies, and the mapping
+from the webhooks domain's records. The secret is in the answer to the POST that
 created the webhook, and never again (listings carry a hint)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Annotated
+
 from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, JSONBody
-from msgspec import UNSET
+from msgspec import UNSET, Meta, Struct, UnsetType, convert
+from msgspec.structs import asdict
 
+from vigil.platform.api.admin.auth import OPERATOR
+from vigil.platform.api.admin.bodies import In, Name, given
 from vigil.platform.api.admin.deps import Actor, Plane
 from vigil.platform.api.admin.responses import error_responses
-from vigil.platform.api.admin.schemas import WebhookCreated, WebhookIn, WebhookOut, WebhookPatch
-from vigil.platform.api.admin.views import webhook_out
-from vigil.platform.control.users import Role
+from vigil.platform.control.webhooks.records import WebhookRecord
 
-OPERATOR = {"role": Role.OPERATOR}
+
+class WebhookIn(In):
+    name: Name
+    url: Annotated[str, Meta(min_length=1, max_length=2000)]
+    events: list[str]  # slo.burn, slo.recovered, shed, fallback, canary.rollback, worker.down
+    secret: str | None = None  # default: generated, and shown once in the answer
+    enabled: bool = True
+
+
+class WebhookPatch(In):
+    url: str | UnsetType = UNSET
+    events: list[str] | UnsetType = UNSET
+    enabled: bool | UnsetType = UNSET
+
+
+class WebhookOut(Struct, kw_only=True):
+    name: str
+    url: str
+    events: list[str]
+    enabled: bool
+    secret_hint: str
+    created_at: datetime
+
+
+class WebhookCreated(WebhookOut, kw_only=True):
+    secret: str  # shown this once
+
+
+def webhook_out(w: WebhookRecord) -> WebhookOut:
+    return convert(w, WebhookOut, from_attributes=True)
 
 
 class WebhookController(Controller):
@@ -35,16 +69,7 @@ class WebhookController(Controller):
             enabled=data.enabled,
             actor=actor,
         )
-        out = webhook_out(record)
-        return WebhookCreated(
-            name=out.name,
-            url=out.url,
-            events=out.events,
-            enabled=out.enabled,
-            secret_hint=out.secret_hint,
-            created_at=out.created_at,
-            secret=secret,
-        )
+        return WebhookCreated(**asdict(webhook_out(record)), secret=secret)
 
     @patch(
         "/{name:str}",
@@ -57,9 +82,9 @@ class WebhookController(Controller):
     ) -> WebhookOut:
         record = await plane.webhooks.update(
             name,
-            url=data.url if data.url is not UNSET else None,
-            events=data.events if data.events is not UNSET else None,
-            enabled=data.enabled if data.enabled is not UNSET else None,
+            url=given(data.url),
+            events=given(data.events),
+            enabled=given(data.enabled),
             actor=actor,
         )
         return webhook_out(record)

@@ -22,11 +22,11 @@ from vigil.engine.artifacts import artifact_checksum
 from vigil.engine.bundled import MINILM, SMOLLM2, bundled_source
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
+from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import bundled_version
-from vigil.platform.control.users import Role
 
 BUNDLED = bundled_version(SMOLLM2)
 DEPLOYMENT = f"/api/admin/deployments/{SMOLLM2}"
@@ -436,7 +436,7 @@ async def test_errors_say_what_to_fix(
     param: str | None,
     mentions: str,
 ) -> None:
-    await plane.catalog.register_version(SMOLLM2, "warm", f"bundled:{SMOLLM2}", actor="ops")
+    await plane.versions.register_version(SMOLLM2, "warm", f"bundled:{SMOLLM2}", actor="ops")
     response = await client.request(method, path, json=body, headers=OPS)
     assert response.status_code == status, response.text
     error = error_of(response)

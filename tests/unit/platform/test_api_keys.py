@@ -1,4 +1,5 @@
-"""API keys in the control-plane database: shown once, stored as a hash, revocable."""
+"""API keys in the control-plane database: shown once, stored as a hash, revocable;
+refusals say why, with the code the admin API answers with."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from vigil.engine.request import Priority
-from vigil.platform.control.api_keys import ApiKeyError, ApiKeyService, hash_key
+from vigil.platform.control.access.keys import ApiKeyService, hash_key
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
+from vigil.platform.errors import Conflict, InvalidRequest, NotFound
 
 
 @pytest.fixture(scope="module")
@@ -93,35 +95,38 @@ async def test_revoked_key_is_not_found_and_stays_listed(keys: ApiKeyService) ->
 
 
 async def test_revoking_an_unknown_or_revoked_key_says_so(keys: ApiKeyService) -> None:
-    with pytest.raises(ApiKeyError, match="no API key is named 'ghost'"):
+    with pytest.raises(NotFound, match="no API key is named 'ghost'") as missing:
         await keys.revoke("ghost")
+    assert (missing.value.param, missing.value.code) == ("name", "key_not_found")
     await keys.create("once")
     await keys.revoke("once")
-    with pytest.raises(ApiKeyError, match="already revoked"):
+    with pytest.raises(Conflict, match="already revoked") as revoked:
         await keys.revoke("once")
+    assert revoked.value.code == "key_conflict"
 
 
 async def test_duplicate_names_are_refused_even_after_a_revoke(keys: ApiKeyService) -> None:
     await keys.create("team")
-    with pytest.raises(ApiKeyError, match="'team' already exists"):
+    with pytest.raises(Conflict, match="'team' already exists") as taken:
         await keys.create("team")
+    assert (taken.value.param, taken.value.code) == ("name", "key_conflict")
     await keys.revoke("team")
-    with pytest.raises(ApiKeyError, match="already exists"):
+    with pytest.raises(Conflict, match="already exists"):
         await keys.create("team")
     assert len(await keys.list()) == 1
 
 
 @pytest.mark.parametrize("rate", [0, -5])
 async def test_rate_limit_below_one_is_refused(keys: ApiKeyService, rate: int) -> None:
-    with pytest.raises(ApiKeyError, match="at least 1 request per minute"):
+    with pytest.raises(InvalidRequest, match="at least 1 request per minute"):
         await keys.create("slow", rate_limit_per_minute=rate)
     assert await keys.list() == []
 
 
 async def test_blank_names_and_empty_model_lists_are_refused(keys: ApiKeyService) -> None:
-    with pytest.raises(ApiKeyError, match="needs a name"):
+    with pytest.raises(InvalidRequest, match="needs a name"):
         await keys.create("  ")
-    with pytest.raises(ApiKeyError, match="at least one model"):
+    with pytest.raises(InvalidRequest, match="at least one model"):
         await keys.create("none", models=[" ", ""])
     assert await keys.list() == []
 
@@ -132,3 +137,24 @@ async def test_list_is_sorted_by_name_and_model_names_are_trimmed(keys: ApiKeySe
     listed = await keys.list()
     assert [r.name for r in listed] == ["alpha", "zeta"]
     assert listed[1].models == frozenset({"a", "b"})
+
+
+async def test_each_committed_write_tells_the_listener_once(db_path: Path) -> None:
+    told: list[str] = []
+
+    async def on_change() -> None:
+        told.append("changed")
+
+    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
+    try:
+        keys = ApiKeyService(session_factory(engine), on_change)
+        _, plaintext = await keys.create("ci")
+        await keys.find(plaintext)
+        await keys.list()
+        assert told == ["changed"]
+        with pytest.raises(Conflict):
+            await keys.create("ci")
+        await keys.revoke("ci")
+        assert told == ["changed", "changed"]
+    finally:
+        await engine.dispose()

@@ -18,14 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vigil.engine.artifacts import artifact_checksum
 from vigil.engine.bundled import MINILM, SMOLLM2, ModelFormat, ModelKind, bundled_source
 from vigil.engine.request import Priority
-from vigil.platform.control import deployments as deployments_module
-from vigil.platform.control.config_file import load_deployments
+from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
-from vigil.platform.control.drafts import DeploymentDraft, VersionKey
+from vigil.platform.control.deployments import service as deployments_module
+from vigil.platform.control.deployments.config_file import load_deployments
+from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey
 from vigil.platform.control.migrate import migrate
-from vigil.platform.control.model_versions import VersionStatus
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.control.replicas import ReplicaReport, ReplicaStatus
+from vigil.platform.control.replicas.records import ReplicaReport, ReplicaStatus
 from vigil.platform.control.specs import (
     ClassLimits,
     FallbackSpec,
@@ -33,8 +33,8 @@ from vigil.platform.control.specs import (
     SLOTargets,
     bundled_version,
 )
-from vigil.platform.control.users import Role
-from vigil.platform.control.webhooks import WebhookEvent
+from vigil.platform.control.versions.records import VersionStatus
+from vigil.platform.control.webhooks.records import WebhookEvent
 from vigil.platform.errors import Conflict, InvalidRequest, NotFound
 
 BUNDLED = bundled_version(SMOLLM2)
@@ -80,7 +80,7 @@ async def plane(db_path: Path) -> AsyncIterator[ControlPlane]:
 
 
 async def register_warm(plane: ControlPlane) -> None:
-    await plane.catalog.register_version(
+    await plane.versions.register_version(
         SMOLLM2, "warm", "bundled:" + SMOLLM2, params={"temperature": 0.7}, actor="alice"
     )
 
@@ -91,7 +91,7 @@ async def register_warm(plane: ControlPlane) -> None:
 async def test_seed_registers_bundled_versions_and_deploys_the_generation_model(
     plane: ControlPlane,
 ) -> None:
-    versions = {v.ref.key: v for v in await plane.catalog.list_versions()}
+    versions = {v.ref.key: v for v in await plane.versions.list_versions()}
     smol, mini = versions[BUNDLED.key], versions[bundled_version(MINILM).key]
     assert smol.ref.artifact == "bundled:" + SMOLLM2 and smol.status is VersionStatus.REGISTERED
     assert smol.ref.checksum == artifact_checksum(bundled_source(SMOLLM2).path)
@@ -123,14 +123,14 @@ def empty_db(tmp_path: Path) -> Path:
 async def test_seed_deploys_nothing_when_there_are_deployments(empty_db: Path) -> None:
     plane, engine = new_plane(empty_db)
     try:
-        await plane.catalog.register_model(SMOLLM2, ModelKind.GENERATE, actor="a")
-        await plane.catalog.register_version(SMOLLM2, "mine", "bundled:" + SMOLLM2, actor="a")
+        await plane.versions.register_model(SMOLLM2, ModelKind.GENERATE, actor="a")
+        await plane.versions.register_version(SMOLLM2, "mine", "bundled:" + SMOLLM2, actor="a")
         await plane.deployments.create(
             "chat", DeploymentDraft(VersionKey(SMOLLM2, "mine")), actor="a"
         )
         await plane.seed_bundled([SMOLLM2])
         assert [s.name for s in await plane.serving_view()] == ["chat"]
-        versions = [v.ref.version for v in await plane.catalog.list_versions(SMOLLM2)]
+        versions = [v.ref.version for v in await plane.versions.list_versions(SMOLLM2)]
         assert versions == ["mine", BUNDLED.version]
     finally:
         await engine.dispose()
@@ -173,7 +173,7 @@ async def test_serving_view_carries_canary_params_limits_slo_fallback_and_pool(
 
 async def test_register_version_computes_the_checksum_and_audits(plane: ControlPlane) -> None:
     await register_warm(plane)
-    warm = await plane.catalog.get_version(SMOLLM2, "warm")
+    warm = await plane.versions.get_version(SMOLLM2, "warm")
     assert warm.ref.checksum == artifact_checksum(bundled_source(SMOLLM2).path)
     assert warm.ref.format is ModelFormat.GGUF and warm.ref.kind is ModelKind.GENERATE
     (entry,) = await plane.audit.list("version", f"{SMOLLM2}@warm")
@@ -183,17 +183,17 @@ async def test_register_version_computes_the_checksum_and_audits(plane: ControlP
 
 async def test_a_given_checksum_is_verified(plane: ControlPlane) -> None:
     actual = artifact_checksum(bundled_source(SMOLLM2).path)
-    await plane.catalog.register_version(
+    await plane.versions.register_version(
         SMOLLM2, "ok", "bundled:" + SMOLLM2, checksum=actual.upper(), actor="alice"
     )
     with pytest.raises(InvalidRequest, match="does not match") as caught:
-        await plane.catalog.register_version(
+        await plane.versions.register_version(
             SMOLLM2, "bad", "bundled:" + SMOLLM2, checksum="0" * 64, actor="alice"
         )
     assert (caught.value.code, caught.value.param) == ("checksum_mismatch", "checksum")
     assert actual in caught.value.message
     with pytest.raises(NotFound):
-        await plane.catalog.get_version(SMOLLM2, "bad")
+        await plane.versions.get_version(SMOLLM2, "bad")
     assert await plane.audit.list("version", f"{SMOLLM2}@bad") == []
 
 
@@ -205,10 +205,10 @@ async def test_versions_from_a_gguf_file_and_a_hugging_face_folder(
     folder = tmp_path / "hf"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    v1 = await plane.catalog.register_version(SMOLLM2, "file", str(gguf), actor="a")
+    v1 = await plane.versions.register_version(SMOLLM2, "file", str(gguf), actor="a")
     assert (v1.ref.format, v1.ref.checksum) == (ModelFormat.GGUF, artifact_checksum(gguf))
-    await plane.catalog.register_model("tiny-bert", ModelKind.EMBED, actor="a")
-    v2 = await plane.catalog.register_version("tiny-bert", "1", str(folder), actor="a")
+    await plane.versions.register_model("tiny-bert", ModelKind.EMBED, actor="a")
+    v2 = await plane.versions.register_version("tiny-bert", "1", str(folder), actor="a")
     assert (v2.ref.format, v2.ref.checksum) == (ModelFormat.HF, artifact_checksum(folder))
 
 
@@ -235,7 +235,7 @@ async def test_bad_versions_are_refused_with_what_to_fix(
     mentions: str,
 ) -> None:
     with pytest.raises(error, match=mentions):
-        await plane.catalog.register_version(model, version, artifact, params=params, actor="a")
+        await plane.versions.register_version(model, version, artifact, params=params, actor="a")
 
 
 async def test_a_version_in_use_cannot_be_retired_and_a_retired_one_not_deployed(
@@ -244,9 +244,9 @@ async def test_a_version_in_use_cannot_be_retired_and_a_retired_one_not_deployed
     await register_warm(plane)
     await plane.deployments.set_canary(SMOLLM2, WARM, 5, actor="alice")
     with pytest.raises(Conflict, match=f"still served by deployment.s. {SMOLLM2}"):
-        await plane.catalog.retire_version(SMOLLM2, "warm", actor="alice")
+        await plane.versions.retire_version(SMOLLM2, "warm", actor="alice")
     await plane.deployments.rollback(SMOLLM2, actor="alice")
-    retired = await plane.catalog.retire_version(SMOLLM2, "warm", actor="alice")
+    retired = await plane.versions.retire_version(SMOLLM2, "warm", actor="alice")
     assert retired.status is VersionStatus.RETIRED
     with pytest.raises(InvalidRequest, match="is retired"):
         await plane.deployments.set_canary(SMOLLM2, WARM, 5, actor="alice")
@@ -262,18 +262,35 @@ async def test_worker_reports_update_status_but_keep_a_retired_version_retired(
     path = str(bundled_source(SMOLLM2).path)
     fields = {"model": SMOLLM2, "kind": "generate", "format": "gguf", "source": path}
     await plane.versions.record(version=BUNDLED.version, status=VersionStatus.READY, **fields)
-    smol = await plane.catalog.get_version(SMOLLM2, BUNDLED.version)
+    smol = await plane.versions.get_version(SMOLLM2, BUNDLED.version)
     assert (smol.status, smol.source) == (VersionStatus.READY, path)
     assert smol.ref.artifact == "bundled:" + SMOLLM2  # what was registered stays
 
     await register_warm(plane)
-    await plane.catalog.retire_version(SMOLLM2, "warm", actor="a")
+    await plane.versions.retire_version(SMOLLM2, "warm", actor="a")
     await plane.versions.record(version="warm", status=VersionStatus.LOADING, **fields)
-    assert (await plane.catalog.get_version(SMOLLM2, "warm")).status is VersionStatus.RETIRED
+    assert (await plane.versions.get_version(SMOLLM2, "warm")).status is VersionStatus.RETIRED
 
     await plane.versions.record(version="unseen", status=VersionStatus.FAILED, error="x", **fields)
-    unseen = await plane.catalog.get_version(SMOLLM2, "unseen")
+    unseen = await plane.versions.get_version(SMOLLM2, "unseen")
     assert (unseen.status, unseen.error, unseen.ref.artifact) == (VersionStatus.FAILED, "x", path)
+
+
+async def test_worker_reports_are_not_admin_writes_and_tell_no_listener(
+    plane: ControlPlane,
+) -> None:
+    told: list[str] = []
+
+    async def listener() -> None:
+        told.append("changed")
+
+    plane.add_listener(listener)
+    fields = {"model": SMOLLM2, "kind": "generate", "format": "gguf", "source": "/m/smol.gguf"}
+    await plane.versions.record(version=BUNDLED.version, status=VersionStatus.READY, **fields)
+    await plane.versions.record(version="unseen", status=VersionStatus.LOADING, **fields)
+    assert told == []
+    await register_warm(plane)
+    assert told == ["changed"]
 
 
 # ---- deployments
@@ -678,7 +695,7 @@ async def test_apply_config_upserts_versions_and_deployments(
 async def test_apply_config_refuses_to_redefine_a_registered_version(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
-    await plane.catalog.register_version(
+    await plane.versions.register_version(
         SMOLLM2, "warm", "bundled:" + SMOLLM2, params={"temperature": 0.2}, actor="a"
     )
     path = tmp_path / "vigil.toml"

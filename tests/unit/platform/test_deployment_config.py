@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vigil.engine.request import Priority
-from vigil.platform.control.config_file import ConfigError, load_deployments
+from vigil.platform.control.deployments.config_file import ConfigError, load_deployments
 from vigil.platform.control.specs import FallbackTrigger
 
 MODELS = {"smollm2-135m-instruct"}

@@ -1,88 +1,34 @@
-"""Webhooks: where alerts are delivered, for which events, signed with which secret.
-
-The secret signs each delivery, so it is stored as given (not hashed) and leaves the
-service in full only twice: from `create` (to show the operator once) and from
-`targets` (to the deliverer). Listings and the audit log carry a hint of it.
-"""
+"""The rules for webhooks: a URL with a host, known events, a long enough secret; every
+write audited, and the listeners told after it commits."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from vigil.platform.control.audit import AuditRepository, OnChange
-from vigil.platform.control.names import check_name
-from vigil.platform.control.tables import Webhook, aware
-from vigil.platform.errors import Conflict, InvalidRequest, NotFound
+from vigil.platform.control.audit.repository import AuditRepository
+from vigil.platform.control.db import Service
+from vigil.platform.control.names import check_name, must_exist, name_taken
+from vigil.platform.control.webhooks.records import (
+    WebhookEvent,
+    WebhookRecord,
+    WebhookTarget,
+    secret_hint,
+)
+from vigil.platform.control.webhooks.repository import WebhookRepository
+from vigil.platform.control.webhooks.tables import Webhook
+from vigil.platform.errors import InvalidRequest
 
 SECRET_PREFIX = "whsec_"
 MIN_SECRET_CHARS = 16
 
 
-class WebhookEvent(StrEnum):
-    SLO_BURN = "slo.burn"  # an error budget burns too fast
-    SLO_RECOVERED = "slo.recovered"
-    SHED = "shed"  # a deployment started shedding load
-    FALLBACK = "fallback"  # a deployment started falling back
-    CANARY_ROLLBACK = "canary.rollback"  # a canary was rolled back automatically
-    WORKER_DOWN = "worker.down"
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookRecord:
-    name: str
-    url: str
-    events: tuple[WebhookEvent, ...]
-    enabled: bool
-    secret_hint: str  # the secret's last characters, to tell which one is set
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookTarget:
-    """What the deliverer needs: where to post and how to sign."""
-
-    name: str
-    url: str
-    secret: str
-
-
-def secret_hint(secret: str) -> str:
-    return "..." + secret[-4:]
-
-
-class WebhookRepository:
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    async def get(self, name: str) -> Webhook | None:
-        stmt = select(Webhook).where(Webhook.name == name)
-        return (await self.session.execute(stmt)).scalar_one_or_none()
-
-    async def list(self) -> Sequence[Webhook]:
-        return (await self.session.execute(select(Webhook).order_by(Webhook.name))).scalars().all()
-
-    def add(self, row: Webhook) -> None:
-        self.session.add(row)
-
-    async def delete(self, row: Webhook) -> None:
-        await self.session.delete(row)
-
-
-class WebhookService:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], on_change: OnChange) -> None:
-        self._sessions = sessions
-        self._on_change = on_change
-
+class WebhookService(Service):
     async def create(
         self,
         name: str,
@@ -108,21 +54,21 @@ class WebhookService:
             async with self._sessions.begin() as session:
                 repo = WebhookRepository(session)
                 if await repo.get(name) is not None:
-                    raise _exists(name)
+                    raise name_taken("webhook", name)
                 repo.add(row)
                 await session.flush()
-                AuditRepository(session).add(
+                AuditRepository(session).log(
                     actor, "webhook.create", "webhook", name, None, _snapshot(row)
                 )
-                record = _record(row)
+                record = WebhookRecord.of(row)
         except IntegrityError:
-            raise _exists(name) from None
+            raise name_taken("webhook", name) from None
         await self._on_change()
         return record, secret
 
     async def get(self, name: str) -> WebhookRecord:
         async with self._sessions() as session:
-            return _record(await _webhook(session, name))
+            return WebhookRecord.of(await _webhook(session, name))
 
     async def update(
         self,
@@ -145,10 +91,10 @@ class WebhookService:
                 row.enabled = enabled
             after = _snapshot(row)
             if after != before:
-                AuditRepository(session).add(
+                AuditRepository(session).log(
                     actor, "webhook.update", "webhook", name, before, after
                 )
-            record = _record(row)
+            record = WebhookRecord.of(row)
         if after != before:
             await self._on_change()
         return record
@@ -156,9 +102,9 @@ class WebhookService:
     async def delete(self, name: str, *, actor: str) -> WebhookRecord:
         async with self._sessions.begin() as session:
             row = await _webhook(session, name)
-            record = _record(row)
+            record = WebhookRecord.of(row)
             await WebhookRepository(session).delete(row)
-            AuditRepository(session).add(
+            AuditRepository(session).log(
                 actor, "webhook.delete", "webhook", name, _snapshot(row), None
             )
         await self._on_change()
@@ -176,7 +122,7 @@ class WebhookService:
 
     async def list(self) -> list[WebhookRecord]:
         async with self._sessions() as session:
-            return [_record(row) for row in await WebhookRepository(session).list()]
+            return [WebhookRecord.of(row) for row in await WebhookRepository(session).list()]
 
 
 def _new_secret() -> str:
@@ -228,27 +174,8 @@ def _snapshot(row: Webhook) -> dict[str, Any]:
     }
 
 
-def _record(row: Webhook) -> WebhookRecord:
-    return WebhookRecord(
-        name=row.name,
-        url=row.url,
-        events=tuple(WebhookEvent(e) for e in row.events),
-        enabled=row.enabled,
-        secret_hint=secret_hint(row.secret),
-        created_at=aware(row.created_at),
-    )
-
-
 async def _webhook(session: AsyncSession, name: str) -> Webhook:
     row = await WebhookRepository(session).get(name)
-    if row is None:
-        raise NotFound(
-            f"no webhook is named {name!r}; GET /api/admin/webhooks lists them",
-            param="webhook",
-            code="webhook_not_found",
-        )
-    return row
-
-
-def _exists(name: str) -> Conflict:
-    return Conflict(f"a webhook named {name!r} already exists", param="name", code="name_taken")
+    return must_exist(
+        row, "webhook", name, param="webhook", listing="GET /api/admin/webhooks lists them"
+    )

@@ -1,20 +1,23 @@
-"""A deployment as an operator edits it (a `DeploymentDraft`: versions named, not
-resolved), how it is stored in a `deployments` row, and the rules a draft must pass
-before it is stored."""
+"""How a deployment draft is stored in a `deployments` row and read back as a record,
+how the audit log pictures it, and the rules a draft must pass before it is stored."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from vigil.engine.bundled import ModelKind
 from vigil.engine.request import Priority
-from vigil.platform.control.catalog import version_ref
-from vigil.platform.control.model_versions import ModelVersionRepository, VersionStatus
+from vigil.platform.control.db import aware
+from vigil.platform.control.deployments.records import (
+    DeploymentDraft,
+    DeploymentRecord,
+    VersionKey,
+)
+from vigil.platform.control.deployments.tables import Deployment
 from vigil.platform.control.specs import (
     ClassLimits,
     DeploymentSpec,
@@ -22,80 +25,24 @@ from vigil.platform.control.specs import (
     FallbackTrigger,
     LongPromptPool,
     SLOTargets,
-    VersionRef,
-    default_limits,
 )
-from vigil.platform.control.tables import Deployment, ModelVersion, aware
+from vigil.platform.control.versions.records import VersionStatus, version_ref
+from vigil.platform.control.versions.repository import ModelVersionRepository
+from vigil.platform.control.versions.tables import ModelVersion
 from vigil.platform.errors import InvalidRequest
-
-CLASS_NAMES = {Priority.INTERACTIVE: "interactive", Priority.BATCH: "batch"}
-
-
-@dataclass(frozen=True, slots=True)
-class VersionKey:
-    model: str
-    version: str
-
-    def __str__(self) -> str:
-        return f"{self.model}@{self.version}"
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentDraft:
-    stable: VersionKey
-    canary: VersionKey | None = None
-    canary_weight: int = 0  # percent of requests that go to the canary, 0-100
-    max_prompt_tokens: int | None = None
-    max_tokens: int | None = None
-    limits: Mapping[Priority, ClassLimits] = field(default_factory=default_limits)
-    fallback: FallbackSpec | None = None
-    long_prompt_pool: LongPromptPool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentRecord:
-    spec: DeploymentSpec  # what the gateway serves
-    revision: int  # pass it back to update: a stale one is refused
-    created_at: datetime
-    updated_at: datetime
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def draft(self) -> DeploymentDraft:
-        return draft_of(self.spec)
-
-
-def key_of(ref: VersionRef) -> VersionKey:
-    return VersionKey(ref.model, ref.version)
-
-
-def draft_of(spec: DeploymentSpec) -> DeploymentDraft:
-    return DeploymentDraft(
-        stable=key_of(spec.stable),
-        canary=key_of(spec.canary) if spec.canary is not None else None,
-        canary_weight=spec.canary_weight,
-        max_prompt_tokens=spec.max_prompt_tokens,
-        max_tokens=spec.max_tokens,
-        limits=dict(spec.limits),
-        fallback=spec.fallback,
-        long_prompt_pool=spec.long_prompt_pool,
-    )
 
 
 def limits_json(limits: Mapping[Priority, ClassLimits]) -> dict[str, Any]:
-    return {
-        name: {"max_queue": limits[p].max_queue, "max_queue_wait_s": limits[p].max_queue_wait_s}
-        for p, name in CLASS_NAMES.items()
-    }
+    """{"interactive": {"max_queue", "max_queue_wait_s"}, "batch": {...}}"""
+    return {p.label: asdict(limits[p]) for p in Priority}
 
 
 def limits_of(stored: Mapping[str, Any]) -> dict[Priority, ClassLimits]:
     return {
-        p: ClassLimits(int(stored[name]["max_queue"]), float(stored[name]["max_queue_wait_s"]))
-        for p, name in CLASS_NAMES.items()
+        p: ClassLimits(
+            int(stored[p.label]["max_queue"]), float(stored[p.label]["max_queue_wait_s"])
+        )
+        for p in Priority
     }
 
 
@@ -159,20 +106,8 @@ def snapshot(name: str, draft: DeploymentDraft, revision: int | None) -> dict[st
         "max_prompt_tokens": draft.max_prompt_tokens,
         "max_tokens": draft.max_tokens,
         "limits": limits_json(draft.limits),
-        "fallback": None
-        if fb is None
-        else {
-            "deployment": fb.deployment,
-            "trigger": fb.trigger.value,
-            "threshold_s": fb.threshold_s,
-        },
-        "long_prompt_pool": None
-        if pool is None
-        else {
-            "min_prompt_tokens": pool.min_prompt_tokens,
-            "max_queue": pool.max_queue,
-            "max_num_seqs": pool.max_num_seqs,
-        },
+        "fallback": asdict(fb) if fb is not None else None,
+        "long_prompt_pool": asdict(pool) if pool is not None else None,
     }
 
 
@@ -237,7 +172,8 @@ async def _servable(session: AsyncSession, key: VersionKey, role: str) -> ModelV
 
 
 def _check_limits(limits: Mapping[Priority, ClassLimits]) -> None:
-    for priority, name in CLASS_NAMES.items():
+    for priority in Priority:
+        name = priority.label
         lim = limits.get(priority)
         if lim is None:
             raise _invalid(f"limits for the {name} class are missing", f"limits.{name}")

@@ -1,4 +1,5 @@
-"""Users of the console and the admin API: argon2id password hashes, three roles.
+"""The rules for users: who may sign in (argon2id password hashes), with which role, and
+that the last active admin stays one.
 
 Argon2 is slow on purpose (tens of milliseconds and 64 MiB a check), and HTTP Basic sends
 the password with every request, so `authenticate` remembers a success for `cache_ttl_s`
@@ -12,84 +13,38 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
+from collections.abc import Callable
 from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from vigil.platform.control.audit import AuditRepository, OnChange
-from vigil.platform.control.names import check_name
-from vigil.platform.control.tables import User, aware, utcnow
-from vigil.platform.errors import Conflict, InvalidRequest, NotFound
+from vigil.platform.control.access.records import Role, UserRecord
+from vigil.platform.control.access.repository import UserRepository
+from vigil.platform.control.access.tables import User
+from vigil.platform.control.audit.repository import AuditRepository
+from vigil.platform.control.db import OnChange, Service, nothing_changed, utcnow
+from vigil.platform.control.names import check_name, must_exist, name_taken
+from vigil.platform.errors import Conflict, InvalidRequest
 
 MIN_PASSWORD_CHARS = 8
 MAX_PASSWORD_CHARS = 1024
 MAX_CACHED_LOGINS = 1000
 
 
-class Role(StrEnum):
-    VIEWER = "viewer"  # reads everything but users and keys
-    OPERATOR = "operator"  # also changes models, deployments, SLOs, webhooks
-    ADMIN = "admin"  # also manages users and API keys
-
-
-_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
-
-
-@dataclass(frozen=True, slots=True)
-class UserRecord:
-    username: str
-    role: Role
-    created_at: datetime
-    disabled_at: datetime | None
-
-    @property
-    def disabled(self) -> bool:
-        return self.disabled_at is not None
-
-    def may(self, needed: Role) -> bool:
-        """Each role may do what the roles below it may."""
-        return _RANK[self.role] >= _RANK[needed]
-
-
-class UserRepository:
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    async def get(self, username: str) -> User | None:
-        stmt = select(User).where(User.username == username)
-        return (await self.session.execute(stmt)).scalar_one_or_none()
-
-    async def list(self) -> Sequence[User]:
-        return (await self.session.execute(select(User).order_by(User.username))).scalars().all()
-
-    async def num_active_admins(self) -> int:
-        stmt = select(func.count()).where(User.role == Role.ADMIN, User.disabled_at.is_(None))
-        return int((await self.session.execute(stmt)).scalar_one())
-
-    def add(self, row: User) -> None:
-        self.session.add(row)
-
-
-class UserService:
+class UserService(Service):
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
-        on_change: OnChange,
+        on_change: OnChange = nothing_changed,
         *,
         hasher: PasswordHasher | None = None,
         cache_ttl_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._sessions = sessions
-        self._on_change = on_change
+        super().__init__(sessions, on_change)
         self._hasher = hasher or PasswordHasher()
         self._cache_ttl_s = cache_ttl_s
         self._clock = clock
@@ -106,26 +61,26 @@ class UserService:
             async with self._sessions.begin() as session:
                 repo = UserRepository(session)
                 if await repo.get(username) is not None:
-                    raise _exists(username)
+                    raise name_taken("user", username, param="username")
                 row = User(username=username, password_hash=password_hash, role=Role(role).value)
                 repo.add(row)
                 await session.flush()
-                AuditRepository(session).add(
+                AuditRepository(session).log(
                     actor, "user.create", "user", username, None, _snapshot(row)
                 )
-                record = _record(row)
+                record = UserRecord.of(row)
         except IntegrityError:
-            raise _exists(username) from None
+            raise name_taken("user", username, param="username") from None
         await self._on_change()
         return record
 
     async def list(self) -> list[UserRecord]:
         async with self._sessions() as session:
-            return [_record(row) for row in await UserRepository(session).list()]
+            return [UserRecord.of(row) for row in await UserRepository(session).list()]
 
     async def get(self, username: str) -> UserRecord:
         async with self._sessions() as session:
-            return _record(await _user(session, username))
+            return UserRecord.of(await _user(session, username))
 
     async def update(
         self,
@@ -161,8 +116,8 @@ class UserService:
             after = _snapshot(row) | ({"password_changed": True} if new_hash else {})
             changed = after != before
             if changed:
-                AuditRepository(session).add(actor, "user.update", "user", username, before, after)
-            record = _record(row)
+                AuditRepository(session).log(actor, "user.update", "user", username, before, after)
+            record = UserRecord.of(row)
         self._forget(username)
         if changed:
             await self._on_change()
@@ -183,7 +138,7 @@ class UserService:
             return cached[0]
         async with self._sessions() as session:
             row = await UserRepository(session).get(username)
-            record = _record(row) if row is not None else None
+            record = UserRecord.of(row) if row is not None else None
             stored = row.password_hash if row is not None else None
         if stored is None:
             await self._verify(await self._dummy(), password)  # same time as a wrong password
@@ -232,27 +187,8 @@ def _snapshot(row: User) -> dict[str, Any]:
     return {"username": row.username, "role": row.role, "disabled": row.disabled_at is not None}
 
 
-def _record(row: User) -> UserRecord:
-    return UserRecord(
-        username=row.username,
-        role=Role(row.role),
-        created_at=aware(row.created_at),
-        disabled_at=aware(row.disabled_at) if row.disabled_at is not None else None,
-    )
-
-
 async def _user(session: AsyncSession, username: str) -> User:
     row = await UserRepository(session).get(username)
-    if row is None:
-        raise NotFound(
-            f"no user is named {username!r}; GET /api/admin/users lists them",
-            param="username",
-            code="user_not_found",
-        )
-    return row
-
-
-def _exists(username: str) -> Conflict:
-    return Conflict(
-        f"a user named {username!r} already exists", param="username", code="name_taken"
+    return must_exist(
+        row, "user", username, param="username", listing="GET /api/admin/users lists them"
     )

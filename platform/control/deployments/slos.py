@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from vigil.platform.control.deployments.tables import SLO
 from vigil.platform.control.specs import SLOTargets
-from vigil.platform.control.tables import SLO
 from vigil.platform.errors import InvalidRequest
 
 

@@ -1,5 +1,5 @@
-"""Deployments: the repository holds the SQL, the service the rules (drafts.py checks a
-draft; this file decides which writes happen, audits them and bumps revisions).
+"""The rules for deployments: drafts.py checks a draft; this file decides which writes
+happen, audits them and bumps revisions.
 
 Every change goes through one path, `change_deployment`: read the row, check the
 revision the caller read, apply the edit to a draft, check the draft, write, audit. A
@@ -11,54 +11,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
-from vigil.platform.control.audit import AuditRepository, OnChange
-from vigil.platform.control.drafts import (
+from vigil.platform.control.audit.repository import AuditRepository
+from vigil.platform.control.db import Service
+from vigil.platform.control.deployments.drafts import check_draft, record_of, snapshot, store
+from vigil.platform.control.deployments.records import (
     DeploymentDraft,
     DeploymentRecord,
     VersionKey,
-    check_draft,
-    record_of,
-    snapshot,
-    store,
 )
-from vigil.platform.control.model_versions import ModelVersionRepository
-from vigil.platform.control.names import check_name
-from vigil.platform.control.slos import check_slo, slo_of, slo_snapshot, store_slo
+from vigil.platform.control.deployments.repository import DeploymentRepository
+from vigil.platform.control.deployments.slos import check_slo, slo_of, slo_snapshot, store_slo
+from vigil.platform.control.deployments.tables import SLO, Deployment
+from vigil.platform.control.names import check_name, must_exist, name_taken
 from vigil.platform.control.specs import SLOTargets
-from vigil.platform.control.tables import SLO, Deployment
-from vigil.platform.errors import Conflict, NotFound
+from vigil.platform.control.versions.repository import ModelVersionRepository
+from vigil.platform.errors import Conflict
 
 Edit = Callable[[DeploymentDraft], DeploymentDraft]
-
-
-class DeploymentRepository:
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    async def get(self, name: str) -> Deployment | None:
-        stmt = select(Deployment).where(Deployment.name == name)
-        return (await self.session.execute(stmt)).scalar_one_or_none()
-
-    async def list(self) -> Sequence[Deployment]:
-        stmt = select(Deployment).order_by(Deployment.name)
-        return (await self.session.execute(stmt)).scalars().all()
-
-    async def names(self) -> set[str]:
-        return set((await self.session.execute(select(Deployment.name))).scalars())
-
-    async def slos(self, deployment_ids: set[int]) -> dict[int, SLO]:
-        if not deployment_ids:
-            return {}
-        stmt = select(SLO).where(SLO.deployment_id.in_(deployment_ids))
-        return {row.deployment_id: row for row in (await self.session.execute(stmt)).scalars()}
-
-    def add(self, row: Deployment | SLO) -> None:
-        self.session.add(row)
 
 
 async def load_records(session: AsyncSession, rows: Sequence[Deployment]) -> list[DeploymentRecord]:
@@ -92,7 +65,7 @@ async def create_deployment(
     store_slo(slo_row, slo)
     repo.add(slo_row)
     after = snapshot(name, draft, row.revision) | {"slo": slo_snapshot(slo)}
-    AuditRepository(session).add(actor, "deployment.create", "deployment", name, None, after)
+    AuditRepository(session).log(actor, "deployment.create", "deployment", name, None, after)
     (record,) = await load_records(session, [row])
     return record
 
@@ -116,7 +89,7 @@ async def change_deployment(
     store(row, draft, stable.id, canary.id if canary else None)
     await session.flush()  # UPDATE ... WHERE revision = <read>; bumps it
     after = snapshot(row.name, draft, row.revision)
-    AuditRepository(session).add(actor, action, "deployment", row.name, before, after)
+    AuditRepository(session).log(actor, action, "deployment", row.name, before, after)
     (record,) = await load_records(session, [row])
     return record
 
@@ -133,7 +106,7 @@ async def change_slo(session: AsyncSession, row: Deployment, slo: SLOTargets, ac
         slo_row = SLO(deployment_id=row.id)
         repo.add(slo_row)
     store_slo(slo_row, slo)
-    AuditRepository(session).add(
+    AuditRepository(session).log(
         actor,
         "deployment.slo",
         "deployment",
@@ -144,11 +117,7 @@ async def change_slo(session: AsyncSession, row: Deployment, slo: SLOTargets, ac
     return True
 
 
-class DeploymentService:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], on_change: OnChange) -> None:
-        self._sessions = sessions
-        self._on_change = on_change
-
+class DeploymentService(Service):
     async def list(self) -> list[DeploymentRecord]:
         async with self._sessions() as session:
             return await load_records(session, await DeploymentRepository(session).list())
@@ -197,35 +166,27 @@ class DeploymentService:
     async def set_weight(
         self, name: str, weight: int, *, revision: int | None = None, actor: str
     ) -> DeploymentRecord:
-        def edit(d: DeploymentDraft) -> DeploymentDraft:
-            if d.canary is None:
-                raise _no_canary(name, "shift traffic to")
-            return replace(d, canary_weight=weight)
-
+        edit = _canary_edit(name, "shift traffic to", lambda d, _: replace(d, canary_weight=weight))
         return await self._change(name, revision, edit, actor, "deployment.canary_weight")
 
     async def promote(
         self, name: str, *, revision: int | None = None, actor: str
     ) -> DeploymentRecord:
         """The canary becomes the stable version and takes all the traffic."""
-
-        def edit(d: DeploymentDraft) -> DeploymentDraft:
-            if d.canary is None:
-                raise _no_canary(name, "promote")
-            return replace(d, stable=d.canary, canary=None, canary_weight=0)
-
+        edit = _canary_edit(
+            name,
+            "promote",
+            lambda d, canary: replace(d, stable=canary, canary=None, canary_weight=0),
+        )
         return await self._change(name, revision, edit, actor, "deployment.promote")
 
     async def rollback(
         self, name: str, *, revision: int | None = None, actor: str
     ) -> DeploymentRecord:
         """The canary is dropped; the stable version takes all the traffic again."""
-
-        def edit(d: DeploymentDraft) -> DeploymentDraft:
-            if d.canary is None:
-                raise _no_canary(name, "roll back")
-            return replace(d, canary=None, canary_weight=0)
-
+        edit = _canary_edit(
+            name, "roll back", lambda d, _: replace(d, canary=None, canary_weight=0)
+        )
         return await self._change(name, revision, edit, actor, "deployment.rollback")
 
     async def get_slo(self, name: str) -> SLOTargets:
@@ -269,13 +230,9 @@ class DeploymentService:
 
 async def _deployment(session: AsyncSession, name: str) -> Deployment:
     row = await DeploymentRepository(session).get(name)
-    if row is None:
-        raise NotFound(
-            f"no deployment is named {name!r}; GET /api/admin/deployments lists them",
-            param="deployment",
-            code="deployment_not_found",
-        )
-    return row
+    return must_exist(
+        row, "deployment", name, param="deployment", listing="GET /api/admin/deployments lists them"
+    )
 
 
 def _stale(name: str, read: int, current: int) -> Conflict:
@@ -288,6 +245,19 @@ def _stale(name: str, read: int, current: int) -> Conflict:
     )
 
 
+def _canary_edit(
+    name: str, verb: str, change: Callable[[DeploymentDraft, VersionKey], DeploymentDraft]
+) -> Edit:
+    """An edit of the canary: `change(draft, canary)`, refused when there is no canary."""
+
+    def edit(draft: DeploymentDraft) -> DeploymentDraft:
+        if draft.canary is None:
+            raise _no_canary(name, verb)
+        return change(draft, draft.canary)
+
+    return edit
+
+
 def _no_canary(name: str, verb: str) -> Conflict:
     return Conflict(
         f"deployment {name!r} has no canary to {verb}; set one first "
@@ -297,8 +267,4 @@ def _no_canary(name: str, verb: str) -> Conflict:
 
 
 def _exists(name: str) -> Conflict:
-    return Conflict(
-        f"a deployment named {name!r} already exists; change it with PATCH instead",
-        param="name",
-        code="name_taken",
-    )
+    return name_taken("deployment", name, hint="; change it with PATCH instead")

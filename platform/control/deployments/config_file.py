@@ -121,9 +121,9 @@ def _spec(
             if not 0 <= weight <= 100:
                 raise ValueError(f"canary weight {weight} is not between 0 and 100")
         limits = default_limits()
-        for key, priority in (("interactive", Priority.INTERACTIVE), ("batch", Priority.BATCH)):
-            if key in entry:
-                section, base = entry[key], limits[priority]
+        for priority in Priority:
+            if priority.label in entry:
+                section, base = entry[priority.label], limits[priority]
                 limits[priority] = ClassLimits(
                     max_queue=int(section.get("max_queue", base.max_queue)),
                     max_queue_wait_s=float(section.get("max_queue_wait_s", base.max_queue_wait_s)),

@@ -1,5 +1,6 @@
 """What a model version must be before it is registered: params Vigil knows, an
-artifact whose format can be told, and a checksum that matches the artifact's bytes."""
+artifact whose format can be told, and a checksum that matches the artifact's bytes.
+These read the artifact (a file, a folder, a bundled package), never the database."""
 
 from __future__ import annotations
 

@@ -1,18 +1,28 @@
-"""`/api/admin/audit` and `/api/admin/replicas`: what happened and what is running
-(read only)."""
+"""`/api/admin/audit`: what happened, newest first (read only)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any
 
 from litestar import Controller, get
 from litestar.params import QueryParameter
+from msgspec import Struct, convert
 
 from vigil.platform.api.admin.deps import Plane
 from vigil.platform.api.admin.responses import error_responses
-from vigil.platform.api.admin.schemas import AuditOut, ReplicaOut
-from vigil.platform.api.admin.views import audit_out, replica_out
-from vigil.platform.control.audit import MAX_LIMIT
+from vigil.platform.control.audit.service import MAX_LIMIT
+
+
+class AuditOut(Struct, kw_only=True):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    entity_type: str
+    entity_name: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
 
 
 class AuditController(Controller):
@@ -31,12 +41,4 @@ class AuditController(Controller):
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)] = 100,
     ) -> list[AuditOut]:
         entries = await plane.audit.list(entity_type, entity_name, limit)
-        return [audit_out(e) for e in entries]
-
-
-class ReplicaController(Controller):
-    path = "/replicas"
-
-    @get("/", summary="The engine workers, as each last reported", responses=error_responses())
-    async def list_replicas(self, plane: Plane) -> list[ReplicaOut]:
-        return [replica_out(r) for r in await plane.replicas.list()]
+        return [convert(e, AuditOut, from_attributes=True) for e in entries]

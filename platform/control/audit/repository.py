@@ -1,0 +1,45 @@
+"""The audit log's SQL: entries are added inside the writer's transaction, so a write
+and its entry commit (or roll back) together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+
+from vigil.platform.control.audit.records import Snapshot, to_json
+from vigil.platform.control.audit.tables import AuditEntry
+from vigil.platform.control.db import Repository
+
+
+class AuditRepository(Repository[AuditEntry]):
+    def log(
+        self,
+        actor: str,
+        action: str,
+        entity_type: str,
+        entity_name: str,
+        before: Snapshot | None,
+        after: Snapshot | None,
+    ) -> None:
+        assert actor, "every audited write names its actor"
+        self.add(
+            AuditEntry(
+                actor=actor,
+                action=action,
+                entity_type=entity_type,
+                entity_name=entity_name,
+                before=to_json(before),
+                after=to_json(after),
+            )
+        )
+
+    async def newest(
+        self, entity_type: str | None, entity_name: str | None, limit: int
+    ) -> Sequence[AuditEntry]:
+        stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+        if entity_type is not None:
+            stmt = stmt.where(AuditEntry.entity_type == entity_type)
+        if entity_name is not None:
+            stmt = stmt.where(AuditEntry.entity_name == entity_name)
+        return (await self.session.execute(stmt)).scalars().all()

@@ -1,0 +1,27 @@
+"""Reading the audit log."""
+
+from __future__ import annotations
+
+from vigil.platform.control.audit.records import AuditRecord
+from vigil.platform.control.audit.repository import AuditRepository
+from vigil.platform.control.db import Service
+from vigil.platform.errors import InvalidRequest
+
+MAX_LIMIT = 1000
+
+
+class AuditService(Service):
+    async def list(
+        self,
+        entity_type: str | None = None,
+        entity_name: str | None = None,
+        limit: int = 100,
+    ) -> list[AuditRecord]:
+        """Newest first (ids grow with time)."""
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidRequest(
+                f"limit must be between 1 and {MAX_LIMIT}, got {limit}", param="limit"
+            )
+        async with self._sessions() as session:
+            rows = await AuditRepository(session).newest(entity_type, entity_name, limit)
+            return [AuditRecord.of(row) for row in rows]

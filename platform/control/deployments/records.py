@@ -1,0 +1,73 @@
+"""A deployment as an operator edits it (`DeploymentDraft`: versions named, not
+resolved) and as the domain hands it out (`DeploymentRecord`: the served spec with its
+revision)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from vigil.engine.request import Priority
+from vigil.platform.control.specs import (
+    ClassLimits,
+    DeploymentSpec,
+    FallbackSpec,
+    LongPromptPool,
+    VersionRef,
+    default_limits,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionKey:
+    model: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.model}@{self.version}"
+
+    @classmethod
+    def of(cls, ref: VersionRef) -> VersionKey:
+        return cls(ref.model, ref.version)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentDraft:
+    stable: VersionKey
+    canary: VersionKey | None = None
+    canary_weight: int = 0  # percent of requests that go to the canary, 0-100
+    max_prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    limits: Mapping[Priority, ClassLimits] = field(default_factory=default_limits)
+    fallback: FallbackSpec | None = None
+    long_prompt_pool: LongPromptPool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    spec: DeploymentSpec  # what the gateway serves
+    revision: int  # pass it back to update: a stale one is refused
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def draft(self) -> DeploymentDraft:
+        return draft_of(self.spec)
+
+
+def draft_of(spec: DeploymentSpec) -> DeploymentDraft:
+    return DeploymentDraft(
+        stable=VersionKey.of(spec.stable),
+        canary=VersionKey.of(spec.canary) if spec.canary is not None else None,
+        canary_weight=spec.canary_weight,
+        max_prompt_tokens=spec.max_prompt_tokens,
+        max_tokens=spec.max_tokens,
+        limits=dict(spec.limits),
+        fallback=spec.fallback,
+        long_prompt_pool=spec.long_prompt_pool,
+    )
