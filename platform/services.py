@@ -18,7 +18,6 @@ from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import VersionRef, bundled_version
 from vigil.platform.control.versions.records import VersionStatus
-from vigil.platform.control.versions.service import VersionService
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
@@ -56,7 +55,6 @@ class Services:
     generation: GenerationService
     embedding: EmbeddingService
     db: AsyncEngine
-    versions: VersionService
     auth: Authenticator
     http: httpx.AsyncClient
     worker_token: str
@@ -123,7 +121,7 @@ class Services:
     async def _record(self, version: VersionRef, state: str) -> None:
         error = version_error(self.view, self.tokenizers, version.key)
         try:
-            await self.versions.record(
+            await self.plane.versions.record(
                 model=version.model,
                 version=version.version,
                 kind=version.kind.value,
@@ -176,7 +174,6 @@ def build_services(
         ),
         embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
-        versions=plane.versions,
         auth=Authenticator(plane.keys, AuthMode(settings.auth)),
         http=http,
         worker_token=worker_token,

@@ -44,7 +44,7 @@ class ConsoleController(Controller):
 
     @get("/")
     async def overview(self, services: Services) -> Template:
-        versions = await services.versions.list_versions()
+        versions = await services.plane.versions.list_versions()
         context = {
             **_stats_context(services),
             "versions": versions,

@@ -20,12 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from vigil.engine.request import Priority
-from vigil.platform.control.api_keys import (
-    KEY_PREFIX,
-    ApiKeyRecord,
-    ApiKeyService,
-    hash_key,
-)
+from vigil.platform.control.access.keys import KEY_PREFIX, ApiKeyService, hash_key
+from vigil.platform.control.access.records import ApiKeyRecord
 from vigil.platform.errors import InvalidRequest, RateLimited, Unauthorized
 
 PRIORITY_HEADER = "x-vigil-priority"

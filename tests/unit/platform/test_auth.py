@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from vigil.engine.request import Priority
-from vigil.platform.control.api_keys import ApiKeyRecord, ApiKeyService
+from vigil.platform.control.access.keys import ApiKeyService
+from vigil.platform.control.access.records import ApiKeyRecord
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.errors import InvalidRequest, RateLimited, Unauthorized
