@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from litestar import Litestar, Request
+from litestar import Litestar, Request, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -18,6 +18,7 @@ from litestar.template import TemplateConfig
 
 import vigil.web
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
+from vigil.platform.api.admin.auth import admin_guard
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.internal import WorkerController
@@ -62,6 +63,13 @@ def _principal(services: Services):  # type: ignore[no-untyped-def]
     return principal
 
 
+def _console(services: Services) -> Router:
+    """The console, behind a user's credentials whenever /v1 needs keys: what it shows
+    (deployments, versions, load) is for operators."""
+    guards = [admin_guard(services.plane)] if services.settings.auth == "keys" else []
+    return Router(path="/", route_handlers=[ConsoleController], guards=guards)
+
+
 def create_app(services: Services, local_workers: LocalWorkers | None = None) -> Litestar:
     """The gateway: API, console and the workers' meeting point. `local_workers`, when
     given, are started with it and stopped with it."""
@@ -87,7 +95,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
     return Litestar(
         route_handlers=[
             OpenAIController,
-            ConsoleController,
+            _console(services),
             WorkerController,
             admin_router(services.plane),
             healthz,

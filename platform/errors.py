@@ -42,6 +42,10 @@ class NotFound(VigilError):
     """The resource a request names does not exist."""
 
 
+class UnsupportedMediaType(VigilError):
+    """A body in a format this endpoint does not take."""
+
+
 class Conflict(VigilError):
     """The request is valid but clashes with the current state: a name that is taken, or
     a write based on a stale revision. The message says what the state is now."""

@@ -28,6 +28,7 @@ from vigil.platform.errors import (
     RateLimited,
     ServiceUnavailable,
     Unauthorized,
+    UnsupportedMediaType,
     VigilError,
 )
 
@@ -44,6 +45,7 @@ _STATUS: tuple[tuple[type[VigilError], int, str], ...] = (
     (ModelNotFound, 404, "invalid_request_error"),
     (NotFound, 404, "not_found_error"),
     (Conflict, 409, "conflict_error"),
+    (UnsupportedMediaType, 415, "invalid_request_error"),
     (Unauthorized, 401, "authentication_error"),
     (PermissionDenied, 403, "permission_error"),
     (RateLimited, 429, "rate_limit_error"),

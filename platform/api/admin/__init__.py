@@ -23,7 +23,12 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from vigil.platform.api.admin.access import KeyController, UserController
 from vigil.platform.api.admin.audit import AuditController
-from vigil.platform.api.admin.auth import admin_guard, provide_actor
+from vigil.platform.api.admin.auth import (
+    admin_guard,
+    provide_actor,
+    provide_user,
+    same_site_only,
+)
 from vigil.platform.api.admin.deployments import DeploymentController
 from vigil.platform.api.admin.replicas import ReplicaController
 from vigil.platform.api.admin.versions import ModelController
@@ -60,8 +65,9 @@ def admin_router(plane: ControlPlane) -> Router:
         dependencies={
             "plane": Provide(provide_plane, sync_to_thread=False),
             "actor": Provide(provide_actor, sync_to_thread=False),
+            "user": Provide(provide_user, sync_to_thread=False),
         },
-        guards=[admin_guard(plane)],
+        guards=[same_site_only, admin_guard(plane)],
         tags=["Admin"],
         security=[{SECURITY_SCHEME: []}],
     )

@@ -11,7 +11,10 @@ from msgspec import Struct, convert
 
 from vigil.platform.api.admin.deps import Plane
 from vigil.platform.api.admin.responses import error_responses
+from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.audit.service import MAX_LIMIT
+
+ADMIN_ONLY_ENTITIES = frozenset({"user", "key"})
 
 
 class AuditOut(Struct, kw_only=True):
@@ -32,6 +35,7 @@ class AuditController(Controller):
     async def list_audit(
         self,
         plane: Plane,
+        user: UserRecord,
         entity_type: Annotated[
             str | None, QueryParameter(description="deployment, version, model, webhook, user, key")
         ] = None,
@@ -40,5 +44,7 @@ class AuditController(Controller):
         ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)] = 100,
     ) -> list[AuditOut]:
-        entries = await plane.audit.list(entity_type, entity_name, limit)
+        """Users and API keys are an admin's to read, so are the entries about them."""
+        hidden = frozenset() if user.may(Role.ADMIN) else ADMIN_ONLY_ENTITIES
+        entries = await plane.audit.list(entity_type, entity_name, limit, hidden)
         return [convert(e, AuditOut, from_attributes=True) for e in entries]

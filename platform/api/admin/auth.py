@@ -3,6 +3,12 @@
 Each route says the least role it needs in `opt["role"]` (viewer when it says
 nothing); the guard authenticates, checks the role and leaves the user in the
 connection's state, where `provide_actor` finds the name the audit log records.
+
+Browsers send Basic credentials by themselves once a user has typed them, so a page on
+another site could make an admin's browser send a write. `same_site_only` refuses
+writes a browser marks as coming from another site (Sec-Fetch-Site, Origin) and bodies
+that are not `application/json`, which no cross-site form or simple request can send.
+Scripts and CLIs, which send neither header, are unaffected.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 from typing import Any
+from urllib.parse import urlsplit
 
 from litestar import Request
 from litestar.connection import ASGIConnection
@@ -18,12 +25,40 @@ from litestar.types import Guard
 
 from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.errors import PermissionDenied, Unauthorized
+from vigil.platform.errors import PermissionDenied, Unauthorized, UnsupportedMediaType
 
 _STATE_KEY = "admin_user"
 # A route's `opt` for the least role it needs, when that is more than viewer.
 OPERATOR = {"role": Role.OPERATOR}
 ADMIN = {"role": Role.ADMIN}
+
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+SAME_SITE = frozenset({"same-origin", "none"})  # Sec-Fetch-Site of a page's own, or typed
+
+
+def same_site_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    if connection.scope.get("method") not in UNSAFE_METHODS:
+        return
+    headers = connection.headers
+    site = headers.get("sec-fetch-site")
+    origin = headers.get("origin")
+    if (site is not None and site not in SAME_SITE) or (
+        origin is not None and urlsplit(origin).netloc != headers.get("host")
+    ):
+        raise PermissionDenied(
+            f"A write to the admin API from another site ({origin or site}) is refused: "
+            "call it from a script, the CLI or this server's own console.",
+            code="cross_site_request",
+        )
+    has_body = int(headers.get("content-length") or 0) > 0 or "transfer-encoding" in headers
+    media_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
+    if has_body and media_type != "application/json":
+        raise UnsupportedMediaType(
+            f"The admin API takes JSON bodies: send 'Content-Type: application/json' "
+            f"(got {media_type or 'none'!r}).",
+            code="unsupported_media_type",
+        )
 
 
 def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
@@ -74,7 +109,12 @@ def admin_guard(plane: ControlPlane) -> Guard:
     return guard
 
 
+def provide_user(request: Request[Any, Any, Any]) -> UserRecord:
+    """The signed-in user."""
+    user: UserRecord = request.state[_STATE_KEY]
+    return user
+
+
 def provide_actor(request: Request[Any, Any, Any]) -> str:
     """The signed-in user's name, for the audit log."""
-    user: UserRecord = request.state[_STATE_KEY]
-    return user.username
+    return provide_user(request).username

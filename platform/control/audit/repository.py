@@ -35,9 +35,15 @@ class AuditRepository(Repository[AuditEntry]):
         )
 
     async def newest(
-        self, entity_type: str | None, entity_name: str | None, limit: int
+        self,
+        entity_type: str | None,
+        entity_name: str | None,
+        limit: int,
+        hidden_types: frozenset[str] = frozenset(),
     ) -> Sequence[AuditEntry]:
         stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+        if hidden_types:
+            stmt = stmt.where(AuditEntry.entity_type.not_in(hidden_types))
         if entity_type is not None:
             stmt = stmt.where(AuditEntry.entity_type == entity_type)
         if entity_name is not None:

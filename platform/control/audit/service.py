@@ -16,12 +16,16 @@ class AuditService(Service):
         entity_type: str | None = None,
         entity_name: str | None = None,
         limit: int = 100,
+        hidden_types: frozenset[str] = frozenset(),
     ) -> list[AuditRecord]:
-        """Newest first (ids grow with time)."""
+        """Newest first (ids grow with time), without entries about `hidden_types` (the
+        records a reader's role may not see)."""
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidRequest(
                 f"limit must be between 1 and {MAX_LIMIT}, got {limit}", param="limit"
             )
         async with self._sessions() as session:
-            rows = await AuditRepository(session).newest(entity_type, entity_name, limit)
+            rows = await AuditRepository(session).newest(
+                entity_type, entity_name, limit, hidden_types
+            )
             return [AuditRecord.of(row) for row in rows]

@@ -523,3 +523,64 @@ async def test_the_openapi_schema_documents_the_admin_api(
         assert {"401", "403"} <= set(op["responses"]), (path, method)
     patch = schema["paths"]["/api/admin/deployments/{name}"]["patch"]
     assert "409" in patch["responses"]
+
+
+# ---- what a page on another site could make a signed-in browser send
+
+
+@pytest.mark.parametrize(
+    "browser",
+    [
+        {"origin": "https://evil.example"},
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},  # a sibling subdomain is another site's page too
+        {"origin": "null"},  # a sandboxed frame or a data: page
+    ],
+)
+async def test_a_write_from_another_site_is_refused_before_credentials_count(
+    client: AsyncTestClient[Litestar], browser: dict[str, str]
+) -> None:
+    body = {"username": "mallory", "password": "correct horse battery", "role": "admin"}
+    r = await client.post("/api/admin/users", json=body, headers={**ROOT, **browser})
+    assert r.status_code == 403 and error_of(r)["code"] == "cross_site_request"
+    promote = await client.post(f"{DEPLOYMENT}/promote", headers={**OPS, **browser})
+    assert promote.status_code == 403  # a write without a body is refused the same way
+    assert (await client.get("/api/admin/users", headers={**ROOT, **browser})).status_code == 200
+    users = (await client.get("/api/admin/users", headers=ROOT)).json()
+    assert "mallory" not in [u["username"] for u in users]
+
+
+async def test_the_consoles_own_page_and_scripts_may_write(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    same = {"origin": "http://testserver.local", "host": "testserver.local"}
+    body = {"username": "trent", "password": "correct horse battery", "role": "viewer"}
+    r = await client.post("/api/admin/users", json=body, headers={**ROOT, **same})
+    assert r.status_code == 201, r.text
+    typed = {"sec-fetch-site": "none"}  # typed into the address bar, or a bookmark
+    body = {**body, "username": "trudy"}
+    assert (
+        await client.post("/api/admin/users", json=body, headers={**ROOT, **typed})
+    ).status_code == 201
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+async def test_admin_bodies_must_be_json(
+    client: AsyncTestClient[Litestar], content_type: str | None
+) -> None:
+    payload = b'{"username": "mallory", "password": "correct horse battery", "role": "admin"}'
+    headers = {**ROOT} | ({"content-type": content_type} if content_type else {})
+    r = await client.post("/api/admin/users", content=payload, headers=headers)
+    assert r.status_code == 415 and error_of(r)["code"] == "unsupported_media_type"
+
+
+async def test_a_viewer_reads_no_audit_entries_about_users_or_keys(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    await client.post("/api/admin/keys", json={"name": "ci"}, headers=ROOT)
+    admin_view = (await client.get("/api/admin/audit", headers=ROOT)).json()
+    assert {"user", "key"} <= {e["entity_type"] for e in admin_view}
+    viewer = (await client.get("/api/admin/audit", headers=EVE)).json()
+    assert viewer and not {"user", "key"} & {e["entity_type"] for e in viewer}
+    asked = await client.get("/api/admin/audit", params={"entity_type": "user"}, headers=EVE)
+    assert asked.status_code == 200 and asked.json() == []

@@ -342,3 +342,15 @@ async def test_readiness_names_a_failed_version_without_its_error(
     finally:
         del worker.failed[LITE]
         gateway.workers.beat()
+
+
+async def test_with_keys_the_console_needs_a_users_credentials(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    anonymous = await client.get("/console/")
+    assert anonymous.status_code == 401
+    assert anonymous.headers["www-authenticate"].startswith("Basic")
+    assert (await client.get("/console/stream")).status_code == 401
+    await gateway.services.plane.users.create("watcher", "a long enough password", actor="test")
+    signed_in = await client.get("/console/", auth=("watcher", "a long enough password"))
+    assert signed_in.status_code == 200 and "console" in signed_in.text.lower()
