@@ -66,7 +66,9 @@ def _principal(services: Services):  # type: ignore[no-untyped-def]
 def _console(services: Services) -> Router:
     """The console, behind a user's credentials whenever /v1 needs keys: what it shows
     (deployments, versions, load) is for operators."""
-    guards = [admin_guard(services.plane)] if services.settings.auth == "keys" else []
+    guards = (
+        [admin_guard(services.plane, services.sign_ins)] if services.settings.auth == "keys" else []
+    )
     return Router(path="/", route_handlers=[ConsoleController], guards=guards)
 
 
@@ -97,7 +99,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             OpenAIController,
             _console(services),
             WorkerController,
-            admin_router(services.plane),
+            admin_router(services.plane, services.sign_ins),
             healthz,
             readyz,
             metrics,

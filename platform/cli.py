@@ -126,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="most characters of prompt text in one request (2000000), checked before it is "
         "tokenized; more gets 400  [VIGIL_MAX_PROMPT_CHARS]",
     )
+    serve.add_argument(
+        "--redis-url",
+        help="Redis for state several gateways share (failed sign-ins), e.g. "
+        "redis://127.0.0.1:6379; default: kept in this process  [VIGIL_REDIS_URL]",
+    )
     _add_engine_flags(serve)
 
     worker = sub.add_parser(

@@ -26,6 +26,7 @@ from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
 from vigil.platform.gateway.readiness import version_error, version_states
 from vigil.platform.gateway.router import Router
 from vigil.platform.gateway.serving import ServingView
+from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.settings import ServeSettings
@@ -59,6 +60,7 @@ class Services:
     http: httpx.AsyncClient
     worker_token: str
     plane: ControlPlane
+    sign_ins: SignInThrottle
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
     _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
 
@@ -178,6 +180,7 @@ def build_services(
         http=http,
         worker_token=worker_token,
         plane=plane,
+        sign_ins=SignInThrottle(settings.throttle_storage_uri),
     )
 
 

@@ -60,6 +60,13 @@ class ServeSettings:
     # and all of them together), so that no request can hold the gateway for long.
     max_request_bytes: int = 8 << 20
     max_prompt_chars: int = 2_000_000
+    # Shared state of several gateways (failed sign-ins): Redis, e.g. redis://host:6379;
+    # "" keeps it in this process.
+    redis_url: str = ""
+
+    @property
+    def throttle_storage_uri(self) -> str:
+        return f"async+{self.redis_url}" if self.redis_url else "async+memory://"
 
     @property
     def resolved_database_url(self) -> str:
@@ -216,12 +223,19 @@ def serve_settings(
         max_request_bytes=_bytes_or(
             _pick(flags.get("max_request_bytes"), env, "MAX_REQUEST_BYTES"), d.max_request_bytes
         ),
+        redis_url=_redis_url(_pick(flags.get("redis_url"), env, "REDIS_URL") or ""),
         max_prompt_chars=_int(
             _pick(flags.get("max_prompt_chars"), env, "MAX_PROMPT_CHARS"),
             "max prompt chars",
             d.max_prompt_chars,
         ),
     )
+
+
+def _redis_url(value: str) -> str:
+    if value and not value.startswith(("redis://", "rediss://")):
+        raise SettingsError(f"the Redis URL must start with redis:// or rediss://, got {value!r}")
+    return value
 
 
 def _bytes_or(value: str | None, default: int) -> int:

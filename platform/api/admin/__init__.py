@@ -3,13 +3,13 @@ domain has one module here (versions, deployments, access, audit, webhooks, repl
 with its controller(s), its wire bodies and the mapping between them and the domain's
 records; auth.py, deps.py, bodies.py and responses.py are what they share.
 
-Mount it with `admin_router(plane)` in the application's route handlers, with the
+Mount it with `admin_router(plane, throttle)` in the application's route handlers, with the
 exception handlers of `vigil.platform.api.errors`, and add `ADMIN_OPENAPI_COMPONENTS` to the
 OpenAPI config's components so that the schema defines the Basic security scheme its
 operations refer to:
 
     Litestar(
-        route_handlers=[..., admin_router(plane)],
+        route_handlers=[..., admin_router(plane, SignInThrottle())],
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=OpenAPIConfig(..., components=[ADMIN_OPENAPI_COMPONENTS]),
     )
@@ -34,6 +34,7 @@ from vigil.platform.api.admin.replicas import ReplicaController
 from vigil.platform.api.admin.versions import ModelController
 from vigil.platform.api.admin.webhooks import WebhookController
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.gateway.throttle import SignInThrottle
 
 SECURITY_SCHEME = "vigilBasic"
 ADMIN_OPENAPI_COMPONENTS = Components(
@@ -47,7 +48,7 @@ ADMIN_OPENAPI_COMPONENTS = Components(
 )
 
 
-def admin_router(plane: ControlPlane) -> Router:
+def admin_router(plane: ControlPlane, throttle: SignInThrottle) -> Router:
     def provide_plane() -> ControlPlane:
         return plane
 
@@ -67,7 +68,7 @@ def admin_router(plane: ControlPlane) -> Router:
             "actor": Provide(provide_actor, sync_to_thread=False),
             "user": Provide(provide_user, sync_to_thread=False),
         },
-        guards=[same_site_only, admin_guard(plane)],
+        guards=[same_site_only, admin_guard(plane, throttle)],
         tags=["Admin"],
         security=[{SECURITY_SCHEME: []}],
     )

@@ -25,7 +25,13 @@ from litestar.types import Guard
 
 from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.errors import PermissionDenied, Unauthorized, UnsupportedMediaType
+from vigil.platform.errors import (
+    PermissionDenied,
+    RateLimited,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+from vigil.platform.gateway.throttle import SignInThrottle
 
 _STATE_KEY = "admin_user"
 # A route's `opt` for the least role it needs, when that is more than viewer.
@@ -76,7 +82,7 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
     return (username, password) if colon and username else None
 
 
-def admin_guard(plane: ControlPlane) -> Guard:
+def admin_guard(plane: ControlPlane, throttle: SignInThrottle) -> Guard:
     async def guard(
         connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
     ) -> None:
@@ -89,13 +95,7 @@ def admin_guard(plane: ControlPlane) -> Guard:
                 code="missing_credentials",
                 scheme="Basic",
             )
-        user = await plane.users.authenticate(*credentials)
-        if user is None:
-            raise Unauthorized(
-                "Wrong username or password, or the user is disabled.",
-                code="invalid_credentials",
-                scheme="Basic",
-            )
+        user = await _sign_in(plane, throttle, *credentials, _address(connection))
         needed = Role(handler.opt.get("role", Role.VIEWER))
         if not user.may(needed):
             raise PermissionDenied(
@@ -107,6 +107,36 @@ def admin_guard(plane: ControlPlane) -> Guard:
         connection.state[_STATE_KEY] = user
 
     return guard
+
+
+async def _sign_in(
+    plane: ControlPlane, throttle: SignInThrottle, username: str, password: str, address: str
+) -> UserRecord:
+    """The user, unless the password is wrong or too many attempts have failed lately
+    (then the password is not even checked). A lockout is written to the audit log."""
+    wait_s = await throttle.wait_s(username, address)
+    if wait_s is not None:
+        raise RateLimited(
+            f"Too many failed sign-ins for '{username}' or from {address}; retry in {wait_s} s.",
+            code="too_many_sign_in_failures",
+            retry_after_s=wait_s,
+        )
+    user = await plane.users.authenticate(username, password)
+    if user is not None:
+        await throttle.succeeded(username)
+        return user
+    for lockout in await throttle.failed(username, address):
+        details = {lockout.what: lockout.who, "failures": lockout.num_failures}
+        await plane.audit.record("system", "sign_in.locked_out", "user", username, details)
+    raise Unauthorized(
+        "Wrong username or password, or the user is disabled.",
+        code="invalid_credentials",
+        scheme="Basic",
+    )
+
+
+def _address(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    return connection.client.host if connection.client else "unknown"
 
 
 def provide_user(request: Request[Any, Any, Any]) -> UserRecord:

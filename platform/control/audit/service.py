@@ -1,8 +1,9 @@
-"""Reading the audit log."""
+"""Reading the audit log, and recording what happened outside any domain write (the
+writes themselves log their entries in their own transaction)."""
 
 from __future__ import annotations
 
-from vigil.platform.control.audit.records import AuditRecord
+from vigil.platform.control.audit.records import AuditRecord, Snapshot
 from vigil.platform.control.audit.repository import AuditRepository
 from vigil.platform.control.db import Service
 from vigil.platform.errors import InvalidRequest
@@ -29,3 +30,9 @@ class AuditService(Service):
                 entity_type, entity_name, limit, hidden_types
             )
             return [AuditRecord.of(row) for row in rows]
+
+    async def record(
+        self, actor: str, action: str, entity_type: str, entity_name: str, details: Snapshot
+    ) -> None:
+        async with self._sessions.begin() as session:
+            AuditRepository(session).log(actor, action, entity_type, entity_name, None, details)

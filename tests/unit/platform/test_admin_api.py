@@ -27,6 +27,7 @@ from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import bundled_version
+from vigil.platform.gateway.throttle import SignInThrottle
 
 BUNDLED = bundled_version(SMOLLM2)
 DEPLOYMENT = f"/api/admin/deployments/{SMOLLM2}"
@@ -76,7 +77,7 @@ async def plane(seeded_db: Path, tmp_path: Path) -> AsyncIterator[ControlPlane]:
 @pytest.fixture
 async def client(plane: ControlPlane) -> AsyncIterator[AsyncTestClient[Litestar]]:
     app = Litestar(
-        route_handlers=[admin_router(plane)],
+        route_handlers=[admin_router(plane, SignInThrottle())],
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=OpenAPIConfig(
             title="test", version="0", components=[ADMIN_OPENAPI_COMPONENTS]
@@ -584,3 +585,19 @@ async def test_a_viewer_reads_no_audit_entries_about_users_or_keys(
     assert viewer and not {"user", "key"} & {e["entity_type"] for e in viewer}
     asked = await client.get("/api/admin/audit", params={"entity_type": "user"}, headers=EVE)
     assert asked.status_code == 200 and asked.json() == []
+
+
+async def test_guessed_passwords_lock_the_username_with_429_and_an_audit_entry(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    wrong = basic("root", "not the password")
+    codes = [(await client.get("/api/admin/models", headers=wrong)).status_code for _ in range(11)]
+    assert codes == [401] * 10 + [429]
+    locked = await client.get("/api/admin/models", headers=ROOT)  # even the right password
+    assert locked.status_code == 429 and error_of(locked)["code"] == "too_many_sign_in_failures"
+    assert 0 < int(locked.headers["retry-after"]) <= 300
+    assert (await client.get("/api/admin/models", headers=OPS)).status_code == 200
+    entries = await plane.audit.list("user", "root")
+    [entry] = [e for e in entries if e.action == "sign_in.locked_out"]
+    assert entry.actor == "system"
+    assert entry.after == {"username": "root", "failures": 10}

@@ -123,3 +123,13 @@ def test_a_worker_needs_a_gateway_and_a_token() -> None:
         worker_settings({}, env={"VIGIL_WORKER_TOKEN": "t"})
     with pytest.raises(SettingsError, match="VIGIL_WORKER_TOKEN"):
         worker_settings({"gateway": "http://x"}, env={})
+
+
+def test_request_bounds_and_shared_state_come_from_flags_or_variables() -> None:
+    s = serve_settings({"max_request_bytes": "1MiB"}, {"VIGIL_MAX_PROMPT_CHARS": "5000"})
+    assert (s.max_request_bytes, s.max_prompt_chars) == (1 << 20, 5000)
+    assert s.throttle_storage_uri == "async+memory://"
+    shared = serve_settings({}, {"VIGIL_REDIS_URL": "redis://127.0.0.1:6379"})
+    assert shared.throttle_storage_uri == "async+redis://127.0.0.1:6379"
+    with pytest.raises(SettingsError, match="redis://"):
+        serve_settings({"redis_url": "http://127.0.0.1:6379"}, {})
