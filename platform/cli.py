@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tokenized; more gets 400  [VIGIL_MAX_PROMPT_CHARS]",
     )
     serve.add_argument(
+        "--model-dir",
+        action="append",
+        help="a directory the artifacts of versions registered over the admin API may come "
+        "from; repeatable (default: DATA_DIR/models)  [VIGIL_MODEL_DIRS, ':'-separated]",
+    )
+    serve.add_argument(
         "--redis-url",
         help="Redis for state several gateways share (failed sign-ins), e.g. "
         "redis://127.0.0.1:6379; default: kept in this process  [VIGIL_REDIS_URL]",

@@ -162,7 +162,7 @@ def build_services(
     loads = LoadBook(recorder)
     router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
-    plane = ControlPlane(session_factory(db))
+    plane = ControlPlane(session_factory(db), model_dirs=settings.resolved_model_dirs)
     return Services(
         settings=settings,
         registry=registry,

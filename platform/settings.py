@@ -63,6 +63,13 @@ class ServeSettings:
     # Shared state of several gateways (failed sign-ins): Redis, e.g. redis://host:6379;
     # "" keeps it in this process.
     redis_url: str = ""
+    # Where the artifacts of versions registered over the admin API may come from;
+    # none given: the data dir's models/.
+    model_dirs: tuple[Path, ...] = ()
+
+    @property
+    def resolved_model_dirs(self) -> tuple[Path, ...]:
+        return self.model_dirs or (self.data_dir / "models",)
 
     @property
     def throttle_storage_uri(self) -> str:
@@ -223,6 +230,7 @@ def serve_settings(
         max_request_bytes=_bytes_or(
             _pick(flags.get("max_request_bytes"), env, "MAX_REQUEST_BYTES"), d.max_request_bytes
         ),
+        model_dirs=_model_dirs(flags.get("model_dir"), _env(env, "MODEL_DIRS")),
         redis_url=_redis_url(_pick(flags.get("redis_url"), env, "REDIS_URL") or ""),
         max_prompt_chars=_int(
             _pick(flags.get("max_prompt_chars"), env, "MAX_PROMPT_CHARS"),
@@ -230,6 +238,13 @@ def serve_settings(
             d.max_prompt_chars,
         ),
     )
+
+
+def _model_dirs(flags: object, env_value: str | None) -> tuple[Path, ...]:
+    """--model-dir, repeatable; or VIGIL_MODEL_DIRS, separated by the path separator."""
+    if isinstance(flags, list) and flags:
+        return tuple(Path(str(d)) for d in flags)
+    return tuple(Path(d) for d in (env_value or "").split(os.pathsep) if d)
 
 
 def _redis_url(value: str) -> str:

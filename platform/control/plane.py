@@ -10,6 +10,8 @@ logged and does not undo or fail the write.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from pathlib import Path
 
 from argon2 import PasswordHasher
 from sqlalchemy.exc import IntegrityError
@@ -45,10 +47,13 @@ class ControlPlane:
         sessions: async_sessionmaker[AsyncSession],
         *,
         password_hasher: PasswordHasher | None = None,
+        model_dirs: Sequence[Path] = (),
     ) -> None:
+        """`model_dirs`: where the artifacts of registered versions may come from (none:
+        only bundled models)."""
         self._sessions = sessions
         self._listeners: list[OnChange] = []
-        self.versions = VersionService(sessions, self._changed)  # models and their versions
+        self.versions = VersionService(sessions, self._changed, model_dirs)  # models, versions
         self.deployments = DeploymentService(sessions, self._changed)  # and their SLOs
         self.webhooks = WebhookService(sessions, self._changed)
         self.users = UserService(sessions, self._changed, hasher=password_hasher)

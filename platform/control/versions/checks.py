@@ -5,7 +5,7 @@ These read the artifact (a file, a folder, a bundled package), never the databas
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,23 @@ def _bad_param(name: str, value: Any) -> InvalidRequest:
         param=f"params.{name}",
         code="invalid_value",
     )
+
+
+def check_artifact_place(artifact: str, model_dirs: Sequence[Path]) -> None:
+    """A version's weights come from a bundled package or from inside the configured model
+    directories, after symlinks and '..' are resolved: registering '/etc/shadow' must not
+    hand out its checksum. Anything else gets the same answer whether it exists or not."""
+    if artifact.startswith(BUNDLED_PREFIX):
+        return
+    resolved = Path(artifact).resolve()
+    if not any(resolved.is_relative_to(d.resolve()) for d in model_dirs):
+        where = ", ".join(str(d) for d in model_dirs) or "none are configured"
+        raise InvalidRequest(
+            f"The artifact must be 'bundled:<name>' or a file or folder inside the model "
+            f"directories ({where}; `vigil serve --model-dir`); {artifact!r} is not usable.",
+            param="artifact",
+            code="artifact_not_allowed",
+        )
 
 
 def infer_format(artifact: str) -> ModelFormat:

@@ -5,19 +5,25 @@ workers report about loading a version is operational state, recorded unannounce
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.platform.control.audit.repository import AuditRepository
-from vigil.platform.control.db import Service
+from vigil.platform.control.db import OnChange, Service, nothing_changed
 from vigil.platform.control.deployments.repository import DeploymentRepository
 from vigil.platform.control.names import check_name, check_version, must_exist, name_taken
 from vigil.platform.control.specs import VersionRef
-from vigil.platform.control.versions.checks import check_params, infer_format, verified_checksum
+from vigil.platform.control.versions.checks import (
+    check_artifact_place,
+    check_params,
+    infer_format,
+    verified_checksum,
+)
 from vigil.platform.control.versions.records import (
     ModelRecord,
     VersionRecord,
@@ -30,6 +36,15 @@ from vigil.platform.errors import Conflict, NotFound
 
 
 class VersionService(Service):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        on_change: OnChange = nothing_changed,
+        model_dirs: Sequence[Path] = (),
+    ) -> None:
+        super().__init__(sessions, on_change)
+        self._model_dirs = tuple(model_dirs)  # where registered artifacts may come from
+
     async def register_model(
         self, name: str, kind: ModelKind, description: str | None = None, *, actor: str
     ) -> ModelRecord:
@@ -76,6 +91,7 @@ class VersionService(Service):
         actor: str,
     ) -> VersionRecord:
         check_version(version)
+        check_artifact_place(artifact, self._model_dirs)
         checked = check_params(params or {})
         async with self._sessions() as session:
             kind = ModelKind((await _model(session, model)).kind)

@@ -360,7 +360,7 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
             {"version": "v2", "artifact": "/no/such/file.gguf"},
             400,
             "artifact",
-            "is not a file",
+            "inside the model directories",
         ),
         (
             "POST",

@@ -5,6 +5,7 @@ bundled seed and the deployments file."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sqlite3
 from collections.abc import AsyncIterator
@@ -46,8 +47,12 @@ FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 
 
 def new_plane(path: Path) -> tuple[ControlPlane, AsyncEngine]:
+    """A plane whose model directory is the database's folder (the test's tmp_path)."""
     engine = create_engine(f"sqlite+aiosqlite:///{path}")
-    return ControlPlane(session_factory(engine), password_hasher=FAST_HASHER), engine
+    plane = ControlPlane(
+        session_factory(engine), password_hasher=FAST_HASHER, model_dirs=[path.parent]
+    )
+    return plane, engine
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +222,7 @@ async def test_versions_from_a_gguf_file_and_a_hugging_face_folder(
     [
         ("ghost", "1", "bundled:" + SMOLLM2, {}, NotFound, "no model is named 'ghost'"),
         (SMOLLM2, BUNDLED.version, "bundled:" + SMOLLM2, {}, Conflict, "already registered"),
-        (SMOLLM2, "x", "/no/such.gguf", {}, InvalidRequest, "is not a file"),
+        (SMOLLM2, "x", "/no/such.gguf", {}, InvalidRequest, "inside the model directories"),
         (SMOLLM2, "x", "bundled:" + MINILM, {}, InvalidRequest, "is a embed model"),
         (SMOLLM2, "x", "bundled:gpt-9", {}, InvalidRequest, "no bundled model"),
         (SMOLLM2, "x y", "bundled:" + SMOLLM2, {}, InvalidRequest, "not a valid name"),
@@ -766,3 +771,38 @@ async def test_the_control_plane_runs_on_postgresql(
         ]
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "artifact",
+    [
+        "/etc/shadow",
+        "/proc/self/environ",
+        "/no/such/file.gguf",
+        "{tmp}/../../etc/passwd",
+        "{tmp}/link-out.gguf",
+    ],
+)
+async def test_artifacts_outside_the_model_directories_are_refused_alike(
+    plane: ControlPlane, db_path: Path, artifact: str
+) -> None:
+    tmp = db_path.parent
+    (tmp / "link-out.gguf").symlink_to("/etc/hostname")
+    with pytest.raises(InvalidRequest) as caught:
+        await plane.versions.register_version(SMOLLM2, "x", artifact.format(tmp=tmp), actor="a")
+    assert caught.value.code == "artifact_not_allowed" and caught.value.param == "artifact"
+    # One message, whether the path exists or not, and no checksum: nothing is read.
+    assert "is not usable" in caught.value.message
+    assert not re.search(r"[0-9a-f]{64}", caught.value.message)
+    assert await plane.audit.list("version", f"{SMOLLM2}@x") == []
+
+
+async def test_a_path_inside_the_model_directory_through_dots_is_fine(
+    plane: ControlPlane, db_path: Path
+) -> None:
+    (db_path.parent / "m").mkdir()
+    gguf = db_path.parent / "m" / "tiny.gguf"
+    gguf.write_bytes(b"GGUF weights")
+    roundabout = f"{db_path.parent}/m/../m/tiny.gguf"
+    v = await plane.versions.register_version(SMOLLM2, "dots", roundabout, actor="a")
+    assert v.ref.checksum == artifact_checksum(gguf)

@@ -133,3 +133,13 @@ def test_request_bounds_and_shared_state_come_from_flags_or_variables() -> None:
     assert shared.throttle_storage_uri == "async+redis://127.0.0.1:6379"
     with pytest.raises(SettingsError, match="redis://"):
         serve_settings({"redis_url": "http://127.0.0.1:6379"}, {})
+
+
+def test_model_directories_from_repeated_flags_or_one_variable(tmp_path: Path) -> None:
+    assert serve_settings({"data_dir": str(tmp_path)}, {}).resolved_model_dirs == (
+        tmp_path / "models",
+    )
+    flags = serve_settings({"model_dir": ["/srv/a", "/srv/b"]}, {"VIGIL_MODEL_DIRS": "/x"})
+    assert flags.resolved_model_dirs == (Path("/srv/a"), Path("/srv/b"))
+    env = serve_settings({}, {"VIGIL_MODEL_DIRS": "/srv/a:/srv/c"})
+    assert env.resolved_model_dirs == (Path("/srv/a"), Path("/srv/c"))
