@@ -385,3 +385,19 @@ async def _beat(workers: FakeWorkers) -> None:
     while True:
         workers.beat()
         await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+
+
+async def report_loaded(plane: Any, model: str, version: str) -> None:
+    """What the gateway records once a worker has a version ready: its status in the
+    control plane, which promote and canary weights above 0 require."""
+    from vigil.platform.control.versions.records import VersionStatus
+
+    record = await plane.versions.get_version(model, version)
+    await plane.versions.record(
+        model=model,
+        version=version,
+        kind=record.ref.kind.value,
+        format=record.ref.format.value,
+        source=record.ref.artifact,
+        status=VersionStatus.READY,
+    )

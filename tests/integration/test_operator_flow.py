@@ -1,5 +1,5 @@
 """As an operator would: a real `vigil serve` with two worker processes, driven through
-the admin API. Register a second version, send it 10% of the traffic as a canary (the
+the admin API. Register a second version, load it as a canary, send it 10% of the traffic (the
 response header says which version answered), promote it, roll a canary back, read it
 all in the audit log; then kill the worker serving a stream and see the client get a
 clean error while new requests go to the other worker."""
@@ -87,12 +87,16 @@ def test_canary_promote_and_rollback_seen_in_responses_and_audit(cluster: Any) -
         {"version": "warm", "artifact": f"bundled:{MODEL}", "params": {"temperature": 0.7}},
     )
     assert registered.status_code == 201, registered.text
-    canary = admin(
+    early = admin(
         cluster, "POST", f"/deployments/{MODEL}/canary", {"version": "warm", "weight": 10}
+    )
+    assert early.status_code == 409 and early.json()["error"]["code"] == "version_not_ready"
+    canary = admin(
+        cluster, "POST", f"/deployments/{MODEL}/canary", {"version": "warm", "weight": 0}
     )
     assert canary.status_code == 200, canary.text
     # The canary loads with its progress in /readyz, which stays ready meanwhile (the
-    # stable version serves); traffic moves only once a worker has the canary ready.
+    # stable version serves); it may take traffic once a worker has it ready.
     probes: list[httpx.Response] = []
 
     def canary_ready() -> bool:
@@ -104,6 +108,12 @@ def test_canary_promote_and_rollback_seen_in_responses_and_audit(cluster: Any) -
     progress = [p.json()["progress"][f"{MODEL}@warm"] for p in probes if "progress" in p.json()]
     assert progress and all(0 <= f < 1 for f in progress)
     assert progress == sorted(progress)
+
+    def weighted() -> bool:  # the version's state reaches the database at a heartbeat
+        body = {"version": "warm", "weight": 10}
+        return admin(cluster, "POST", f"/deployments/{MODEL}/canary", body).status_code == 200
+
+    wait_for(weighted, "the canary to take 10% of the traffic", timeout_s=10)
     versions = served_by(cluster, 200)
     assert versions.count("warm") == 20  # exactly 10% of every 100, by design
     assert versions.count(BUNDLED) == 180

@@ -28,6 +28,7 @@ from vigil.platform.control.deployments.slos import check_slo, slo_of, slo_snaps
 from vigil.platform.control.deployments.tables import SLO, Deployment
 from vigil.platform.control.names import check_name, must_exist, name_taken
 from vigil.platform.control.specs import SLOTargets
+from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.control.versions.repository import ModelVersionRepository
 from vigil.platform.errors import Conflict
 
@@ -161,13 +162,17 @@ class DeploymentService(Service):
         def edit(d: DeploymentDraft) -> DeploymentDraft:
             return replace(d, canary=version, canary_weight=weight)
 
-        return await self._change(name, revision, edit, actor, "deployment.canary")
+        return await self._change(
+            name, revision, edit, actor, "deployment.canary", takes_traffic=_weighted_canary
+        )
 
     async def set_weight(
         self, name: str, weight: int, *, revision: int | None = None, actor: str
     ) -> DeploymentRecord:
         edit = _canary_edit(name, "shift traffic to", lambda d, _: replace(d, canary_weight=weight))
-        return await self._change(name, revision, edit, actor, "deployment.canary_weight")
+        return await self._change(
+            name, revision, edit, actor, "deployment.canary_weight", takes_traffic=_weighted_canary
+        )
 
     async def promote(
         self, name: str, *, revision: int | None = None, actor: str
@@ -178,7 +183,9 @@ class DeploymentService(Service):
             "promote",
             lambda d, canary: replace(d, stable=canary, canary=None, canary_weight=0),
         )
-        return await self._change(name, revision, edit, actor, "deployment.promote")
+        return await self._change(
+            name, revision, edit, actor, "deployment.promote", takes_traffic=lambda d: d.stable
+        )
 
     async def rollback(
         self, name: str, *, revision: int | None = None, actor: str
@@ -203,8 +210,16 @@ class DeploymentService(Service):
         return slo
 
     async def _change(
-        self, name: str, revision: int | None, edit: Edit, actor: str, action: str
+        self,
+        name: str,
+        revision: int | None,
+        edit: Edit,
+        actor: str,
+        action: str,
+        takes_traffic: Callable[[DeploymentDraft], VersionKey | None] = lambda _: None,
     ) -> DeploymentRecord:
+        """Apply `edit`; `takes_traffic` names the version the edit sends new traffic to,
+        which must be ready on some worker (else Conflict, nothing written)."""
         try:
             async with self._sessions.begin() as session:
                 row = await _deployment(session, name)
@@ -217,6 +232,8 @@ class DeploymentService(Service):
                 if record is None:  # nothing to change
                     (unchanged,) = await load_records(session, [row])
                     return unchanged
+                if (version := takes_traffic(record.draft)) is not None:
+                    await _check_ready(session, version)
         except StaleDataError:  # another write landed between our read and our write
             raise Conflict(
                 f"deployment {name!r} was changed by someone else while this change was "
@@ -243,6 +260,26 @@ def _stale(name: str, read: int, current: int) -> Conflict:
         param="revision",
         code="revision_conflict",
     )
+
+
+def _weighted_canary(draft: DeploymentDraft) -> VersionKey | None:
+    return draft.canary if draft.canary_weight > 0 else None
+
+
+async def _check_ready(session: AsyncSession, key: VersionKey) -> None:
+    """A version takes traffic only once a worker has loaded it: a promoted version that
+    failed to load would leave the deployment serving 503s after a restart."""
+    row = await ModelVersionRepository(session).get(key.model, key.version)
+    assert row is not None, f"{key} passed the draft's checks"
+    if row.status != VersionStatus.READY:
+        raise Conflict(
+            f"{key} is {row.status}, not ready on any worker: it cannot take traffic yet. "
+            "Give it a canary weight of 0 until GET /readyz lists it as ready"
+            + (f" (it failed: {row.error})" if row.error else "")
+            + ", then retry.",
+            param="version",
+            code="version_not_ready",
+        )
 
 
 def _canary_edit(

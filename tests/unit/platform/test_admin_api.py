@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from argon2 import PasswordHasher
+from fakes import report_loaded
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 from litestar.testing import AsyncTestClient
@@ -210,6 +211,12 @@ async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
     assert version["checksum"] == artifact_checksum(bundled_source(SMOLLM2).path)
     assert version["params"] == {"temperature": 0.7}
 
+    early = await client.post(
+        f"{DEPLOYMENT}/canary", json={"version": "warm", "weight": 10}, headers=OPS
+    )
+    assert early.status_code == 409 and error_of(early)["code"] == "version_not_ready"
+    await report_loaded(plane, SMOLLM2, "warm")
+    await report_loaded(plane, SMOLLM2, BUNDLED.version)
     canary = await client.post(
         f"{DEPLOYMENT}/canary", json={"version": "warm", "weight": 10}, headers=OPS
     )

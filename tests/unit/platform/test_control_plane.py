@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from argon2 import PasswordHasher
+from fakes import report_loaded
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.artifacts import artifact_checksum
@@ -84,10 +85,13 @@ async def plane(db_path: Path) -> AsyncIterator[ControlPlane]:
         await engine.dispose()
 
 
-async def register_warm(plane: ControlPlane) -> None:
+async def register_warm(plane: ControlPlane, loaded: bool = True) -> None:
+    """Version 'warm' registered and (unless `loaded` is False) ready on a worker."""
     await plane.versions.register_version(
         SMOLLM2, "warm", "bundled:" + SMOLLM2, params={"temperature": 0.7}, actor="alice"
     )
+    if loaded:
+        await report_loaded(plane, SMOLLM2, "warm")
 
 
 # ---- seeding and the serving view
@@ -257,7 +261,7 @@ async def test_a_version_in_use_cannot_be_retired_and_a_retired_one_not_deployed
         await plane.deployments.set_canary(SMOLLM2, WARM, 5, actor="alice")
     (entry, *_) = await plane.audit.list("version", f"{SMOLLM2}@warm")
     assert entry.action == "version.retire"
-    assert entry.before is not None and entry.before["status"] == "registered"
+    assert entry.before is not None and entry.before["status"] == "ready"
     assert entry.after is not None and entry.after["status"] == "retired"
 
 
@@ -389,6 +393,7 @@ async def test_canary_promote_and_rollback(plane: ControlPlane) -> None:
     assert promoted.spec.stable.version == "warm"
     assert (promoted.spec.canary, promoted.spec.canary_weight) == (None, 0)
 
+    await report_loaded(plane, SMOLLM2, STABLE.version)
     await plane.deployments.set_canary(SMOLLM2, STABLE, 5, actor="bob")
     rolled = await plane.deployments.rollback(SMOLLM2, actor="bob")
     assert (rolled.spec.stable.version, rolled.spec.canary, rolled.revision) == ("warm", None, 6)
@@ -806,3 +811,25 @@ async def test_a_path_inside_the_model_directory_through_dots_is_fine(
     roundabout = f"{db_path.parent}/m/../m/tiny.gguf"
     v = await plane.versions.register_version(SMOLLM2, "dots", roundabout, actor="a")
     assert v.ref.checksum == artifact_checksum(gguf)
+
+
+async def test_only_a_version_ready_on_a_worker_takes_traffic(plane: ControlPlane) -> None:
+    await register_warm(plane, loaded=False)
+    await plane.deployments.set_canary(SMOLLM2, WARM, 0, actor="alice")  # loads, no traffic
+    with pytest.raises(Conflict, match="is registered, not ready on any worker") as caught:
+        await plane.deployments.set_weight(SMOLLM2, 10, actor="alice")
+    assert caught.value.code == "version_not_ready"
+    with pytest.raises(Conflict, match="not ready"):
+        await plane.deployments.promote(SMOLLM2, actor="alice")
+    record = await plane.deployments.get(SMOLLM2)
+    assert (record.spec.stable.key, record.revision) == (BUNDLED.key, 2)  # nothing written
+    failed = await plane.versions.get_version(SMOLLM2, "warm")
+    await plane.versions.record(
+        model=SMOLLM2, version="warm", kind="generate", format="gguf",
+        source=failed.ref.artifact, status=VersionStatus.FAILED, error="out of memory",
+    )  # fmt: skip
+    with pytest.raises(Conflict, match="it failed: out of memory"):
+        await plane.deployments.promote(SMOLLM2, actor="alice")
+    await report_loaded(plane, SMOLLM2, "warm")
+    promoted = await plane.deployments.promote(SMOLLM2, actor="alice")
+    assert promoted.spec.stable.version == "warm"
