@@ -69,7 +69,26 @@ ADMIN_READS = [
     "GET /api/admin/keys",
     "GET /api/admin/users",
 ]
+ADMIN_WRITES = [
+    "POST /api/admin/models",
+    "POST /api/admin/models/{name}/versions",
+    "POST /api/admin/models/{name}/versions/{version}/retire",
+    "POST /api/admin/deployments",
+    "PATCH /api/admin/deployments/{name}",
+    "PUT /api/admin/deployments/{name}/slo",
+    "POST /api/admin/deployments/{name}/canary",
+    "POST /api/admin/deployments/{name}/promote",
+    "POST /api/admin/deployments/{name}/rollback",
+    "POST /api/admin/webhooks",
+    "PATCH /api/admin/webhooks/{name}",
+    "DELETE /api/admin/webhooks/{name}",
+    "POST /api/admin/keys",
+    "POST /api/admin/keys/{name}/revoke",
+    "POST /api/admin/users",
+    "PATCH /api/admin/users/{username}",
+]
 ADMIN = ("fuzz-admin", "fuzz-password-1")
+OPERATOR = ("fuzz-operator", "fuzz-password-2")
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -85,6 +104,7 @@ def fuzz_server(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  
     data_dir = tmp_path_factory.mktemp("fuzz")
     (data_dir / "vigil.toml").write_text(CONFIG)
     create_user(data_dir, *ADMIN, role="admin")
+    create_user(data_dir, *OPERATOR, role="operator")
     with launch_vigil(data_dir, "--config", str(data_dir / "vigil.toml")) as server:
         yield server
 
@@ -148,13 +168,13 @@ def api_schema(fuzz_server):  # type: ignore[no-untyped-def]
 
 def test_every_api_operation_is_fuzzed(api_schema: Any) -> None:
     # A new operation gets fuzzed by being listed here. (The console is not in the schema.)
-    # The admin API's writes change what is deployed (a fuzzed version or deployment
-    # would load engines); tests/unit/platform/test_admin_api.py covers them, and its
-    # reads are fuzzed here with an operator's credentials.
+    # Admin reads go with an admin's credentials, writes with an operator's (they run
+    # last: a fuzzed write may change the deployment the /v1 cases use).
     labels = {result.ok().label for result in api_schema.get_all_operations()}
     admin = {label for label in labels if " /api/admin/" in label}
     assert labels - admin == set(OPERATIONS)
     assert {label for label in admin if label.startswith("GET ")} == set(ADMIN_READS)
+    assert {label for label in admin if not label.startswith("GET ")} == set(ADMIN_WRITES)
 
 
 def test_schema_documents_openai_errors_and_event_streams(api_schema: Any) -> None:
@@ -194,10 +214,11 @@ def test_schema_documents_openai_errors_and_event_streams(api_schema: Any) -> No
     assert {"403", "404", "503"} <= set(paths["/v1/embeddings"]["post"]["responses"])
 
 
-@pytest.mark.parametrize("label", OPERATIONS + ADMIN_READS)
+@pytest.mark.parametrize("label", OPERATIONS + ADMIN_READS + ADMIN_WRITES)
 def test_fuzzed_requests_get_documented_answers(api_schema: Any, label: str) -> None:
     operation = api_schema.find_operation_by_label(label)
-    auth = "Basic " + base64.b64encode(":".join(ADMIN).encode()).decode()
+    user = ADMIN if label.startswith("GET ") else OPERATOR
+    auth = "Basic " + base64.b64encode(":".join(user).encode()).decode()
     admin = "/api/admin/" in label
     headers = {"Authorization": auth} if admin else {}
     # Admin reads: the credentials are added to every case, so a case "without the

@@ -16,7 +16,7 @@ from vigil.engine.request import Priority
 from vigil.platform.api.admin.auth import ADMIN
 from vigil.platform.api.admin.bodies import In, Name, PositiveInt, given
 from vigil.platform.api.admin.deps import Actor, Plane
-from vigil.platform.api.admin.responses import error_responses
+from vigil.platform.api.admin.responses import error_responses, write_responses
 from vigil.platform.control.access.records import ApiKeyRecord, Role, UserRecord
 
 # Priority.label of each class, as the schema lists them.
@@ -87,7 +87,7 @@ class UserController(Controller):
     async def list_users(self, plane: Plane) -> list[UserOut]:
         return [user_out(u) for u in await plane.users.list()]
 
-    @post("/", summary="Create a user", opt=ADMIN, responses=error_responses(400, 409))
+    @post("/", summary="Create a user", opt=ADMIN, responses=write_responses(400, 409))
     async def create_user(self, plane: Plane, actor: Actor, data: JSONBody[UserIn]) -> UserOut:
         user = await plane.users.create(data.username, data.password, data.role, actor=actor)
         return user_out(user)
@@ -96,7 +96,7 @@ class UserController(Controller):
         "/{username:str}",
         summary="Change a user's role, password, or disable them",
         opt=ADMIN,
-        responses=error_responses(400, 404, 409),
+        responses=write_responses(400, 404, 409),
     )
     async def update_user(
         self, plane: Plane, actor: Actor, username: FromPath[str], data: JSONBody[UserPatch]
@@ -123,7 +123,7 @@ class KeyController(Controller):
         summary="Create an API key",
         description="The answer carries the key, this once; only its hash is stored.",
         opt=ADMIN,
-        responses=error_responses(400, 409),
+        responses=write_responses(400, 409),
     )
     async def create_key(self, plane: Plane, actor: Actor, data: JSONBody[KeyIn]) -> KeyCreated:
         priority = Priority.from_label(data.priority)
@@ -138,7 +138,7 @@ class KeyController(Controller):
         summary="Revoke an API key",
         opt=ADMIN,
         status_code=200,
-        responses=error_responses(404, 409),
+        responses=write_responses(404, 409),
     )
     async def revoke_key(self, plane: Plane, actor: Actor, name: FromPath[str]) -> KeyOut:
         return key_out(await plane.keys.revoke(name, actor=actor))

@@ -17,7 +17,7 @@ from vigil.engine.request import Priority
 from vigil.platform.api.admin.auth import OPERATOR
 from vigil.platform.api.admin.bodies import In, Name, Percent, PositiveInt, Revision, VersionName
 from vigil.platform.api.admin.deps import Actor, Plane
-from vigil.platform.api.admin.responses import error_responses
+from vigil.platform.api.admin.responses import error_responses, write_responses
 from vigil.platform.control.deployments.records import (
     DeploymentDraft,
     DeploymentRecord,
@@ -33,7 +33,7 @@ from vigil.platform.control.specs import (
     default_limits,
 )
 
-WRITE_ERRORS = error_responses(400, 404, 409)
+WRITE_ERRORS = write_responses(400, 404, 409)
 
 
 class ClassLimitsBody(In):
@@ -199,7 +199,7 @@ class DeploymentController(Controller):
     async def list_deployments(self, plane: Plane) -> list[DeploymentOut]:
         return [deployment_out(d) for d in await plane.deployments.list()]
 
-    @post("/", summary="Create a deployment", opt=OPERATOR, responses=error_responses(400, 409))
+    @post("/", summary="Create a deployment", opt=OPERATOR, responses=write_responses(400, 409))
     async def create_deployment(
         self, plane: Plane, actor: Actor, data: JSONBody[DeploymentIn]
     ) -> DeploymentOut:
@@ -287,7 +287,7 @@ class DeploymentController(Controller):
         "/{name:str}/slo",
         summary="Set a deployment's SLO targets",
         opt=OPERATOR,
-        responses=error_responses(400, 404),
+        responses=write_responses(400, 404),
     )
     async def set_slo(
         self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[SLOBody]

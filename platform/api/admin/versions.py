@@ -16,7 +16,7 @@ from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.platform.api.admin.auth import OPERATOR
 from vigil.platform.api.admin.bodies import In, Name, VersionName
 from vigil.platform.api.admin.deps import Actor, Plane
-from vigil.platform.api.admin.responses import error_responses
+from vigil.platform.api.admin.responses import error_responses, write_responses
 from vigil.platform.control.versions.records import ModelRecord, VersionRecord, VersionStatus
 
 
@@ -79,7 +79,7 @@ class ModelController(Controller):
     async def list_models(self, plane: Plane) -> list[ModelOut]:
         return [model_out(m) for m in await plane.versions.list_models()]
 
-    @post("/", summary="Register a model", opt=OPERATOR, responses=error_responses(400, 409))
+    @post("/", summary="Register a model", opt=OPERATOR, responses=write_responses(400, 409))
     async def register_model(self, plane: Plane, actor: Actor, data: JSONBody[ModelIn]) -> ModelOut:
         model = await plane.versions.register_model(
             data.name, data.kind, data.description, actor=actor
@@ -103,7 +103,7 @@ class ModelController(Controller):
         "on the control plane's host. Its SHA-256 is computed, or verified when `checksum` "
         "is given (a mismatch is a 400 with code `checksum_mismatch`).",
         opt=OPERATOR,
-        responses=error_responses(400, 404, 409),
+        responses=write_responses(400, 404, 409),
     )
     async def register_version(
         self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[VersionIn]
@@ -124,7 +124,7 @@ class ModelController(Controller):
         summary="Retire a version no deployment serves",
         opt=OPERATOR,
         status_code=200,
-        responses=error_responses(404, 409),
+        responses=write_responses(404, 409),
     )
     async def retire_version(
         self, plane: Plane, actor: Actor, name: FromPath[str], version: FromPath[str]

@@ -15,7 +15,7 @@ from msgspec.structs import asdict
 from vigil.platform.api.admin.auth import OPERATOR
 from vigil.platform.api.admin.bodies import In, Name, given
 from vigil.platform.api.admin.deps import Actor, Plane
-from vigil.platform.api.admin.responses import error_responses
+from vigil.platform.api.admin.responses import error_responses, write_responses
 from vigil.platform.control.webhooks.records import WebhookRecord
 
 
@@ -57,7 +57,7 @@ class WebhookController(Controller):
     async def list_webhooks(self, plane: Plane) -> list[WebhookOut]:
         return [webhook_out(w) for w in await plane.webhooks.list()]
 
-    @post("/", summary="Create a webhook", opt=OPERATOR, responses=error_responses(400, 409))
+    @post("/", summary="Create a webhook", opt=OPERATOR, responses=write_responses(400, 409))
     async def create_webhook(
         self, plane: Plane, actor: Actor, data: JSONBody[WebhookIn]
     ) -> WebhookCreated:
@@ -75,7 +75,7 @@ class WebhookController(Controller):
         "/{name:str}",
         summary="Change a webhook",
         opt=OPERATOR,
-        responses=error_responses(400, 404),
+        responses=write_responses(400, 404),
     )
     async def update_webhook(
         self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[WebhookPatch]
@@ -94,7 +94,7 @@ class WebhookController(Controller):
         summary="Delete a webhook",
         opt=OPERATOR,
         status_code=200,
-        responses=error_responses(404),
+        responses=write_responses(404),
     )
     async def delete_webhook(self, plane: Plane, actor: Actor, name: FromPath[str]) -> WebhookOut:
         return webhook_out(await plane.webhooks.delete(name, actor=actor))
