@@ -16,14 +16,14 @@ from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.replicas.records import ReplicaReport
-from vigil.platform.control.specs import VersionRef, bundled_version
+from vigil.platform.control.specs import DeploymentSpec, VersionRef, bundled_version
 from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
 from vigil.platform.gateway.lease import LoadBook
 from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
-from vigil.platform.gateway.readiness import version_error, version_states
+from vigil.platform.gateway.readiness import VersionState, version_error, version_states
 from vigil.platform.gateway.router import Router
 from vigil.platform.gateway.serving import ServingView
 from vigil.platform.gateway.throttle import SignInThrottle
@@ -62,6 +62,7 @@ class Services:
     plane: ControlPlane
     sign_ins: SignInThrottle
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
+    _kept_from: set[str] = field(default_factory=set)  # failed stables served around
     _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
 
     async def load_serving_view(self) -> None:
@@ -112,13 +113,43 @@ class Services:
             log.exception("could not record replica %s", worker_id)
 
     async def on_workers_changed(self) -> None:
-        """Record version states that changed (ready on some worker, failed on all)."""
+        """Record version states that changed (ready on some worker, failed on all), and
+        keep a deployment whose stable version failed everywhere on the one before it."""
         states = version_states(self.view, self.tokenizers)
         for version in self.view.versions_in_use():
             state = states.get(version.key, "loading")
             if self._recorded.get(version.key) != state:
                 self._recorded[version.key] = state
                 await self._record(version, state)
+        for spec in list(self.view.deployments.values()):
+            serving = self.view.serving(spec)
+            if serving == spec.stable and states.get(serving.key) is VersionState.FAILED:
+                await self._serve_previous(spec)
+
+    async def _serve_previous(self, spec: DeploymentSpec) -> None:
+        """A stable version that loads nowhere (its file gone, say, after a restart) would
+        leave the deployment answering 503: the version it replaced serves instead, once
+        loaded, until an operator acts. Tried once per failed version."""
+        if spec.stable.key in self._kept_from:
+            return
+        self._kept_from.add(spec.stable.key)
+        try:
+            previous = await self.plane.deployments.previous_stable(spec.name)
+        except Exception:  # serving goes on when the database is unreachable
+            log.exception("could not read the history of %s", spec.name)
+            return
+        if previous is None:
+            log.error("%s: stable version %s failed to load everywhere", spec.name, spec.stable.key)
+            return
+        log.error(
+            "%s: stable version %s failed to load everywhere (%s); serving %s, the version "
+            "it replaced, until an operator acts",
+            spec.name,
+            spec.stable.key,
+            version_error(self.view, self.tokenizers, spec.stable.key),
+            previous.key,
+        )
+        self.view.serve_instead(spec.name, previous)
 
     async def _record(self, version: VersionRef, state: str) -> None:
         error = version_error(self.view, self.tokenizers, version.key)

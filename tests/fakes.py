@@ -373,7 +373,7 @@ async def running_gateway(
         serve, "worker-token", link=workers, tokenizers=TokenizerCache(lambda _: tokenizer)
     )
     workers.attach(services.workers)
-    beating = asyncio.create_task(_beat(workers))
+    beating = asyncio.create_task(_beat(workers, services))
     try:
         async with serving(create_app(services)) as url:
             yield Gateway(url, services, workers)
@@ -381,9 +381,11 @@ async def running_gateway(
         beating.cancel()
 
 
-async def _beat(workers: FakeWorkers) -> None:
+async def _beat(workers: FakeWorkers, services: Services) -> None:
+    """Heartbeats, and what the gateway does on each (records version states)."""
     while True:
         workers.beat()
+        await services.on_workers_changed()
         await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
 

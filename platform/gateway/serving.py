@@ -81,6 +81,11 @@ class ServingView:
             if self._serving[name] != spec.stable and self.workers.serving(spec.stable.key):
                 self._serving[name] = spec.stable
 
+    def serve_instead(self, name: str, version: VersionRef) -> None:
+        """Serve `version` instead of the stable one until that is ready somewhere."""
+        if name in self._serving:
+            self._serving[name] = version
+
     def serving(self, spec: DeploymentSpec) -> VersionRef:
         """The stable version now taking the deployment's traffic."""
         self._advance()

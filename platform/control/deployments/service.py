@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
+from vigil.platform.control.audit.records import AuditRecord
 from vigil.platform.control.audit.repository import AuditRepository
 from vigil.platform.control.db import Service
 from vigil.platform.control.deployments.drafts import check_draft, record_of, snapshot, store
@@ -27,8 +28,8 @@ from vigil.platform.control.deployments.repository import DeploymentRepository
 from vigil.platform.control.deployments.slos import check_slo, slo_of, slo_snapshot, store_slo
 from vigil.platform.control.deployments.tables import SLO, Deployment
 from vigil.platform.control.names import check_name, must_exist, name_taken
-from vigil.platform.control.specs import SLOTargets
-from vigil.platform.control.versions.records import VersionStatus
+from vigil.platform.control.specs import SLOTargets, VersionRef
+from vigil.platform.control.versions.records import VersionStatus, version_ref
 from vigil.platform.control.versions.repository import ModelVersionRepository
 from vigil.platform.errors import Conflict
 
@@ -118,6 +119,9 @@ async def change_slo(session: AsyncSession, row: Deployment, slo: SLOTargets, ac
     return True
 
 
+HISTORY_LIMIT = 200  # audit entries read back for a deployment's previous stable version
+
+
 class DeploymentService(Service):
     async def list(self) -> list[DeploymentRecord]:
         async with self._sessions() as session:
@@ -195,6 +199,26 @@ class DeploymentService(Service):
             name, "roll back", lambda d, _: replace(d, canary=None, canary_weight=0)
         )
         return await self._change(name, revision, edit, actor, "deployment.rollback")
+
+    async def previous_stable(self, name: str) -> VersionRef | None:
+        """The stable version before the current one (from the audit log), if it can
+        still be served (registered and not retired)."""
+        async with self._sessions() as session:
+            row = await _deployment(session, name)
+            record = (await load_records(session, [row]))[0]
+            current = str(record.draft.stable)
+            rows = await AuditRepository(session).newest("deployment", name, HISTORY_LIMIT)
+            for entry in map(AuditRecord.of, rows):
+                before, after = entry.before, entry.after
+                if before is None or after is None or after.get("stable") != current:
+                    continue
+                if before.get("stable") not in (None, current):
+                    model, _, version = str(before["stable"]).partition("@")
+                    old = await ModelVersionRepository(session).get(model, version)
+                    if old is None or old.status == VersionStatus.RETIRED:
+                        return None
+                    return version_ref(old)
+            return None
 
     async def get_slo(self, name: str) -> SLOTargets:
         async with self._sessions() as session:

@@ -833,3 +833,16 @@ async def test_only_a_version_ready_on_a_worker_takes_traffic(plane: ControlPlan
     await report_loaded(plane, SMOLLM2, "warm")
     promoted = await plane.deployments.promote(SMOLLM2, actor="alice")
     assert promoted.spec.stable.version == "warm"
+
+
+async def test_the_stable_version_before_the_current_one_comes_from_the_history(
+    plane: ControlPlane,
+) -> None:
+    assert await plane.deployments.previous_stable(SMOLLM2) is None  # never promoted
+    await register_warm(plane)
+    await plane.deployments.set_canary(SMOLLM2, WARM, 10, actor="alice")
+    await plane.deployments.promote(SMOLLM2, actor="alice")
+    previous = await plane.deployments.previous_stable(SMOLLM2)
+    assert previous is not None and previous.key == BUNDLED.key
+    await plane.deployments.set_slo(SMOLLM2, SLOTargets(ttft_p99_s=3.0), actor="alice")
+    assert (await plane.deployments.previous_stable(SMOLLM2)).key == BUNDLED.key  # type: ignore[union-attr]
