@@ -13,6 +13,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 GIL_FREE_ENCODE_CHARS = 4096  # longer texts are encoded without holding the GIL
 
 
+class TooManyTokens(ValueError):
+    def __init__(self, num_tokens: int) -> None:
+        super().__init__(f"{num_tokens} tokens")
+        self.num_tokens = num_tokens
+
+
 class ChatTemplateError(ValueError):
     """The messages do not fit the model's chat template (raised by the template itself)."""
 
@@ -46,7 +52,10 @@ class Tokenizer:
     def has_chat_template(self) -> bool:
         return self._template is not None
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
+        """The text's token ids; with `max_tokens`, a text of more tokens raises
+        TooManyTokens before its ids are turned into Python objects (a megabyte of text is
+        300,000 of them, built while no other thread runs)."""
         # `encode` holds the GIL throughout (a megabyte: seconds in which no other thread
         # runs, the gateway's event loop included); `encode_batch` releases it.
         if len(text) < GIL_FREE_ENCODE_CHARS:
@@ -55,6 +64,8 @@ class Tokenizer:
             [encoding] = self.backend.encode_batch(
                 [text], add_special_tokens=self.add_special_tokens
             )
+        if max_tokens is not None and len(encoding) > max_tokens:
+            raise TooManyTokens(len(encoding))
         return list(encoding.ids)
 
     def decode(self, ids: Sequence[int]) -> str:

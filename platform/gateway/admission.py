@@ -15,8 +15,8 @@ the client can retry elsewhere or later.
 
 The model is optimistic under sustained overload (decode steps share the engine with
 prefill; requests finish later than the start rate says), so each prediction is scaled
-by `ttft_correction`: how much later than predicted recent admitted requests of the
-same engine really got their first token (see lease.py), never below 1.
+by `ttft_correction`: how much later than predicted the latest admitted requests of the
+same engine got their first token, at worst (see lease.py), never below 1.
 
 Order of protection: batch traffic is shed first, once the backlog would delay a new
 interactive request by `batch_shed_fraction` of its TTFT target; interactive traffic

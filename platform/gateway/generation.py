@@ -30,6 +30,7 @@ from vigil.engine.request import (
     RequestClock,
     RequestId,
 )
+from vigil.engine.tokenizer import TooManyTokens
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.errors import (
     EngineFailed,
@@ -175,9 +176,26 @@ class GenerationService:
     async def _place(self, spec: DeploymentSpec, params: GenerationParams) -> _Placement:
         version = self.view.choose_version(spec)
         tokenizer = self.tokenizers.require(version)
+        # The longest context any engine of this version offers bounds the prompt.
+        ceiling = max(
+            (
+                min(r.limits.max_model_len, r.limits.kv_capacity_tokens)
+                for key in (engine_key(version), engine_key(version, long_pool=True))
+                for replica in self.view.workers.serving(key)
+                if (r := replica.slots[key]).limits is not None
+            ),
+            default=None,
+        )
         # Off the event loop: a long prompt takes seconds to tokenize, and every other
         # request, stream and probe of this gateway would wait for it.
-        ids = await asyncio.to_thread(prompt_ids, params.prompt, tokenizer, params.prompt_param)
+        try:
+            ids = await asyncio.to_thread(
+                prompt_ids, params.prompt, tokenizer, params.prompt_param, ceiling
+            )
+        except TooManyTokens as exc:
+            assert ceiling is not None
+            _fit(exc.num_tokens, params, ContextLimit(ceiling))  # raises: over the ceiling
+            raise AssertionError("a prompt over every context passed the context rule") from exc
         pool = spec.long_prompt_pool
         long_pool = pool is not None and len(ids) >= pool.min_prompt_tokens
         key = engine_key(version, long_pool)
@@ -192,11 +210,7 @@ class GenerationService:
             max_prompt_tokens=None if long_pool else spec.max_prompt_tokens,
             max_output_tokens=spec.max_tokens,
         )
-        try:
-            max_tokens = fit_request(len(ids), params.max_tokens, deployment_caps)
-        except RequestRejected as exc:
-            param = params.prompt_param if exc.param == "prompt" else exc.param
-            raise InvalidRequest(str(exc), param=param, code="context_length_exceeded") from exc
+        max_tokens = _fit(len(ids), params, deployment_caps)
         return _Placement(spec, version, key, replica, ids, max_tokens, self._load(key, replicas))
 
     def _load(self, key: str, replicas: list[Replica]) -> LoadSnapshot:
@@ -214,6 +228,15 @@ class GenerationService:
 
     def _record(self, spec: DeploymentSpec, admission: Admission) -> None:
         self.loads.recorder.admission(spec.name, admission.verdict.value, admission.reason.value)
+
+
+def _fit(num_prompt_tokens: int, params: GenerationParams, limit: ContextLimit) -> int:
+    """The context rule (engine/limits.py), its refusal naming the request's own field."""
+    try:
+        return fit_request(num_prompt_tokens, params.max_tokens, limit)
+    except RequestRejected as exc:
+        param = params.prompt_param if exc.param == "prompt" else exc.param
+        raise InvalidRequest(str(exc), param=param, code="context_length_exceeded") from None
 
 
 def replica_load(replica: Replica, key: str, counts: ReplicaCounts) -> ReplicaLoad:

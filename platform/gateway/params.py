@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vigil.engine.request import RequestId, SamplingParams
-from vigil.engine.tokenizer import ChatMessage, ChatTemplateError, Tokenizer
+from vigil.engine.tokenizer import ChatMessage, ChatTemplateError, Tokenizer, TooManyTokens
 from vigil.platform.control.specs import VersionRef
 from vigil.platform.errors import InvalidRequest
 
@@ -66,15 +66,20 @@ def check_prompt_size(prompt: Prompt, max_chars: int, param: str) -> None:
         )
 
 
-def prompt_ids(prompt: Prompt, tokenizer: Tokenizer, param: str) -> list[int]:
+def prompt_ids(
+    prompt: Prompt, tokenizer: Tokenizer, param: str, max_tokens: int | None = None
+) -> list[int]:
+    """The prompt's token ids; TooManyTokens when there are more than `max_tokens`."""
     if isinstance(prompt, ChatPrompt):
         try:
             text = tokenizer.render_chat(list(prompt.messages))
         except ChatTemplateError as exc:
             raise InvalidRequest(str(exc), param=param) from exc
-        return tokenizer.encode(text)
+        return tokenizer.encode(text, max_tokens)
     if isinstance(prompt, TextPrompt):
-        return tokenizer.encode(prompt.text)
+        return tokenizer.encode(prompt.text, max_tokens)
+    if max_tokens is not None and len(prompt.ids) > max_tokens:
+        raise TooManyTokens(len(prompt.ids))
     vocab = tokenizer.vocab_size
     bad = next((t for t in prompt.ids if not 0 <= t < vocab), None)
     if bad is not None:

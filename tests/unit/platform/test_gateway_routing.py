@@ -92,17 +92,21 @@ async def test_a_burst_is_spread_by_the_requests_in_flight(
     # Stable only: a canary turn would take one of the burst elsewhere.
     gateway.services.view.canary._credit["chat"] = -1000
     try:
+        engines = [scripted(gateway, w, STABLE) for w in ("w1", "w2")]
+
+        def queued() -> int:  # requests a worker's engine holds (after their lease opened)
+            return sum(len(e.waiting) for e in engines)
+
         tasks = []
         for n in range(1, 7):
             tasks.append(asyncio.create_task(client.post("/v1/chat/completions", json=chat())))
-            await until(lambda n=n: gateway.services.loads.num_open() == n)
-        w1, w2 = (len(scripted(gateway, w, STABLE).waiting) for w in ("w1", "w2"))
-        assert (w1, w2) == (3, 3)  # heartbeats never told: only the leases know
-        scripted(gateway, "w1", STABLE).release()
+            await until(lambda n=n: queued() == n)
+        assert [len(e.waiting) for e in engines] == [3, 3]  # only the leases knew of them
+        engines[0].release()
         await until(lambda: gateway.services.loads.num_open() == 3)
         more = asyncio.create_task(client.post("/v1/chat/completions", json=chat()))
-        await until(lambda: gateway.services.loads.num_open() == 4)
-        assert len(scripted(gateway, "w1", STABLE).waiting) == 1  # the idle one
+        await until(lambda: queued() == 4)
+        assert len(engines[0].waiting) == 1  # the idle one
         release_all(gateway)
         responses = await asyncio.gather(*tasks, more)
     finally:
