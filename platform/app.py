@@ -99,7 +99,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             OpenAIController,
             _console(services),
             WorkerController,
-            admin_router(services.plane, services.sign_ins),
+            admin_router(services.plane, services.sign_ins, services.slos),
             healthz,
             readyz,
             metrics,

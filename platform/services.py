@@ -30,6 +30,8 @@ from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.settings import ServeSettings
+from vigil.platform.slo.metrics import SLOCollector
+from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.live import Gauges, LiveSeries
 from vigil.platform.telemetry.metrics import EngineSnapshot, EngineStatsCollector, Metrics
 from vigil.platform.telemetry.recorder import RequestRecorder
@@ -61,6 +63,7 @@ class Services:
     worker_token: str
     plane: ControlPlane
     sign_ins: SignInThrottle
+    slos: SLOTracker
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
     _kept_from: set[str] = field(default_factory=set)  # failed stables served around
     _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
@@ -82,7 +85,9 @@ class Services:
         await self.reload_serving_view()
 
     async def reload_serving_view(self) -> None:
-        self.view.set_deployments(await self.plane.serving_view())
+        specs = await self.plane.serving_view()
+        self.view.set_deployments(specs)
+        self.slos.set_targets({spec.name: spec.slo for spec in specs})
         for version in self.view.versions_in_use():
             if version.kind is ModelKind.GENERATE:
                 self.tokenizers.get(version)  # start loading early
@@ -189,7 +194,9 @@ def build_services(
     view = ServingView(workers, embed)
     live = LiveSeries()
     registry.register(EngineStatsCollector(lambda: engine_snapshots(workers)))
-    recorder = RequestRecorder(metrics, live)
+    slos = SLOTracker()
+    registry.register(SLOCollector(slos))
+    recorder = RequestRecorder(metrics, live, slos)
     loads = LoadBook(recorder)
     router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
@@ -212,6 +219,7 @@ def build_services(
         worker_token=worker_token,
         plane=plane,
         sign_ins=SignInThrottle(settings.throttle_storage_uri),
+        slos=slos,
     )
 
 

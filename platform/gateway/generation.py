@@ -105,14 +105,14 @@ class GenerationService:
         fallback_from = None
         if admission.verdict is Verdict.FALLBACK:
             assert spec.fallback is not None
-            self._record(spec, admission)
+            self._record(place, admission)
             fallback = self.view.deployment(spec.fallback.deployment)
             if self.view.is_ready(fallback):  # a fallback still loading is no help
                 fallback_from, place = spec.name, await self._place(fallback, params)
             admission = decide(
                 priority, len(place.prompt_ids), place.load, place.spec, allow_fallback=False
             )
-        self._record(place.spec, admission)
+        self._record(place, admission)
         if admission.verdict is Verdict.SHED:
             raise shed_error(place.spec, admission)
         if params.min_tokens > place.max_tokens:
@@ -144,6 +144,7 @@ class GenerationService:
             lease = self.loads.open(
                 request.request_id,
                 place.spec.name,
+                place.version.key,
                 place.key,
                 replica.id,
                 request.priority,
@@ -226,8 +227,10 @@ class GenerationService:
             decode_step_s=max(decode) if decode else None,
         )
 
-    def _record(self, spec: DeploymentSpec, admission: Admission) -> None:
-        self.loads.recorder.admission(spec.name, admission.verdict.value, admission.reason.value)
+    def _record(self, place: _Placement, admission: Admission) -> None:
+        self.loads.recorder.admission(
+            place.spec.name, place.version.key, admission.verdict.value, admission.reason.value
+        )
 
 
 def _fit(num_prompt_tokens: int, params: GenerationParams, limit: ContextLimit) -> int:

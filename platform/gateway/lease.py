@@ -60,6 +60,7 @@ class LeaseState(Enum):
 class Lease:
     request_id: RequestId
     deployment: str  # the name that serves it (the fallback's, after a fallback)
+    version: str  # model@version
     engine_key: str  # the engine slot on the worker: model@version, `#long` for a pool
     replica: str  # the worker it was sent to
     priority: Priority
@@ -105,7 +106,16 @@ class Lease:
         self.clock.finished_ts = self.clock.finished_ts or time.monotonic()
         self.book.closed(self)
         num_prompt = finish.num_prompt_tokens if finish is not None else 0
-        self.book.recorder.ended(RequestRecord(self.deployment, outcome, num_prompt, self.clock))
+        record = RequestRecord(
+            self.deployment,
+            self.version,
+            self.priority,
+            outcome,
+            num_prompt,
+            self.num_output_tokens,
+            self.clock,
+        )
+        self.book.recorder.ended(record)
 
 
 @dataclass(slots=True)
@@ -135,6 +145,7 @@ class LoadBook:
         self,
         request_id: RequestId,
         deployment: str,
+        version: str,
         engine_key: str,
         replica: str,
         priority: Priority,
@@ -145,6 +156,7 @@ class LoadBook:
         lease = Lease(
             request_id,
             deployment,
+            version,
             engine_key,
             replica,
             priority,

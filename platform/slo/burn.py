@@ -39,7 +39,7 @@ class BurnRule:
     @property
     def name(self) -> str:
         """How the rule is labelled: its long window in the workbook's terms."""
-        return _LABELS[(self.long_s, self.short_s)]
+        return WINDOW_NAMES[self.long_s]
 
 
 WORKBOOK_RULES = (
@@ -47,7 +47,8 @@ WORKBOOK_RULES = (
     BurnRule(Severity.PAGE, 6 * 3600.0, 1800.0, 6.0),
     BurnRule(Severity.TICKET, 3 * 86400.0, 6 * 3600.0, 1.0),
 )
-_LABELS = {(r.long_s, r.short_s): f"{int(r.long_s // 3600)}h" for r in WORKBOOK_RULES}
+# Windows are labelled by the workbook's names even when scaled to a shorter SLO window.
+WINDOW_NAMES = {300.0: "5m", 1800.0: "30m", 3600.0: "1h", 21600.0: "6h", 259200.0: "3d"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,14 @@ class ScaledRule:
     rule: BurnRule  # as the workbook gives it (names and thresholds)
     long_s: float  # scaled to the SLO's window
     short_s: float
+
+    @property
+    def windows(self) -> tuple[tuple[str, float], tuple[str, float]]:
+        """(name, seconds) of the long and the short window."""
+        return (
+            (WINDOW_NAMES[self.rule.long_s], self.long_s),
+            (WINDOW_NAMES[self.rule.short_s], self.short_s),
+        )
 
 
 def scaled_rules(window_s: float) -> tuple[ScaledRule, ...]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
-from vigil.engine.request import RequestClock
+from vigil.engine.request import Priority, RequestClock
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
 
@@ -28,24 +29,40 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One generation request that has ended, as telemetry reads it."""
+    """One generation request that has ended, as telemetry and the SLOs read it."""
 
     deployment: str
+    version: str  # model@version
+    priority: Priority
     outcome: Outcome
     num_prompt_tokens: int  # as the engine counted them; 0 if it never reported
+    num_output_tokens: int
     clock: RequestClock  # arrival_ts at the gateway; finished_ts set
 
 
+class RecordSink(Protocol):
+    """What else reads every request's record: the SLO tracker (slo/tracker.py)."""
+
+    def record(self, record: RequestRecord) -> None: ...
+
+    def admission(self, deployment: str, version: str, admitted: bool) -> None: ...
+
+
 class RequestRecorder:
-    def __init__(self, metrics: Metrics, live: LiveSeries) -> None:
+    def __init__(self, metrics: Metrics, live: LiveSeries, sink: RecordSink | None = None) -> None:
         self.metrics = metrics
         self.live = live
+        self.sink = sink
 
-    def admission(self, deployment: str, decision: str, reason: str) -> None:
+    def admission(self, deployment: str, version: str, decision: str, reason: str) -> None:
+        """An admission verdict: admitted, shed, or fallback (then a second verdict on
+        the fallback deployment follows)."""
         m = self.metrics
         m.admission.labels(deployment, decision, reason).inc()
         if decision == "shed":
             m.requests.labels(deployment, Outcome.SHED.value).inc()
+        if self.sink is not None and decision in ("admitted", "shed"):
+            self.sink.admission(deployment, version, decision == "admitted")
 
     def output_tokens(
         self, deployment: str, num_tokens: int, token_ts: float, clock: RequestClock
@@ -66,6 +83,8 @@ class RequestRecorder:
         m, d, clock = self.metrics, record.deployment, record.clock
         m.requests.labels(d, record.outcome.value).inc()
         self.live.add_request()
+        if self.sink is not None:
+            self.sink.record(record)
         if record.outcome is Outcome.ABORTED:
             return  # left before the engine's last word: no token or latency figures
         m.prompt_tokens.labels(d).inc(record.num_prompt_tokens)

@@ -3,13 +3,13 @@ domain has one module here (versions, deployments, access, audit, webhooks, repl
 with its controller(s), its wire bodies and the mapping between them and the domain's
 records; auth.py, deps.py, bodies.py and responses.py are what they share.
 
-Mount it with `admin_router(plane, throttle)` in the application's route handlers, with the
+Mount it with `admin_router(plane, throttle, slos)` in the application's route handlers, with the
 exception handlers of `vigil.platform.api.errors`, and add `ADMIN_OPENAPI_COMPONENTS` to the
 OpenAPI config's components so that the schema defines the Basic security scheme its
 operations refer to:
 
     Litestar(
-        route_handlers=[..., admin_router(plane, SignInThrottle())],
+        route_handlers=[..., admin_router(plane, SignInThrottle(), SLOTracker())],
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=OpenAPIConfig(..., components=[ADMIN_OPENAPI_COMPONENTS]),
     )
@@ -31,10 +31,12 @@ from vigil.platform.api.admin.auth import (
 )
 from vigil.platform.api.admin.deployments import DeploymentController
 from vigil.platform.api.admin.replicas import ReplicaController
+from vigil.platform.api.admin.slo import SLOController
 from vigil.platform.api.admin.versions import ModelController
 from vigil.platform.api.admin.webhooks import WebhookController
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.gateway.throttle import SignInThrottle
+from vigil.platform.slo.tracker import SLOTracker
 
 SECURITY_SCHEME = "vigilBasic"
 ADMIN_OPENAPI_COMPONENTS = Components(
@@ -48,9 +50,12 @@ ADMIN_OPENAPI_COMPONENTS = Components(
 )
 
 
-def admin_router(plane: ControlPlane, throttle: SignInThrottle) -> Router:
+def admin_router(plane: ControlPlane, throttle: SignInThrottle, slos: SLOTracker) -> Router:
     def provide_plane() -> ControlPlane:
         return plane
+
+    def provide_slos() -> SLOTracker:
+        return slos
 
     return Router(
         path="/api/admin",
@@ -62,9 +67,11 @@ def admin_router(plane: ControlPlane, throttle: SignInThrottle) -> Router:
             UserController,
             AuditController,
             ReplicaController,
+            SLOController,
         ],
         dependencies={
             "plane": Provide(provide_plane, sync_to_thread=False),
+            "slos": Provide(provide_slos, sync_to_thread=False),
             "actor": Provide(provide_actor, sync_to_thread=False),
             "user": Provide(provide_user, sync_to_thread=False),
         },

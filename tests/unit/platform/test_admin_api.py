@@ -29,6 +29,7 @@ from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.gateway.throttle import SignInThrottle
+from vigil.platform.slo.tracker import SLOTracker
 
 BUNDLED = bundled_version(SMOLLM2)
 DEPLOYMENT = f"/api/admin/deployments/{SMOLLM2}"
@@ -78,7 +79,7 @@ async def plane(seeded_db: Path, tmp_path: Path) -> AsyncIterator[ControlPlane]:
 @pytest.fixture
 async def client(plane: ControlPlane) -> AsyncIterator[AsyncTestClient[Litestar]]:
     app = Litestar(
-        route_handlers=[admin_router(plane, SignInThrottle())],
+        route_handlers=[admin_router(plane, SignInThrottle(), SLOTracker())],
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=OpenAPIConfig(
             title="test", version="0", components=[ADMIN_OPENAPI_COMPONENTS]

@@ -61,8 +61,9 @@ async def test_a_promoted_version_that_fails_everywhere_hands_back_to_the_one_be
 
         gateway.workers.workers["w1"].failed[WARM] = "no such file: /models/warm.gguf"
 
-        async def back_on_stable() -> bool:
-            return await served_by(client) == STABLE.replace("@", "/")
+        async def back_on_stable() -> bool:  # 503s until the gateway sees the failure
+            r = await client.post("/v1/chat/completions", json=CHAT)
+            return r.headers.get("x-vigil-served-by") == STABLE.replace("@", "/")
 
         await until(back_on_stable)
         ready = (await client.get("/readyz")).json()

@@ -168,3 +168,22 @@ async def test_keep_alive_comments_flow_while_a_request_waits(
         seen.extend([line async for line in lines])
     assert seen[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in seen
     assert sum('"content":"ok "' in line for line in seen) == 2
+
+
+async def test_each_request_counts_toward_its_deployments_slo(gateway: Gateway) -> None:
+    plane = gateway.services.plane
+    await plane.users.create("slo-reader", "a long enough password", actor="test")
+    auth = ("slo-reader", "a long enough password")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        before = (await client.get(f"/api/admin/slo/{SMOLLM2}", auth=auth)).json()
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        after = (await client.get(f"/api/admin/slo/{SMOLLM2}", auth=auth)).json()
+        metrics = (await client.get("/metrics")).text
+        missing = await client.get("/api/admin/slo/nope", auth=auth)
+    for sli in ("ttft", "tokens_per_s", "availability"):
+        assert after["slis"][sli]["total"] == before["slis"][sli]["total"] + 1, sli
+    assert after["versions"][KEY]["availability"]["good"] >= 1
+    assert after["slis"]["ttft"]["objective"] == 0.99 and after["slis"]["ttft"]["alert"] is None
+    budget = f'vigil_slo_error_budget_remaining_ratio{{deployment="{SMOLLM2}",sli="ttft"}}'
+    assert budget in metrics
+    assert missing.status_code == 404

@@ -48,7 +48,7 @@ def open_lease(
     arrival_ts: float | None = None,
 ):  # type: ignore[no-untyped-def]
     clock = RequestClock(time.monotonic() if arrival_ts is None else arrival_ts)
-    return book.open(RequestId(rid), "chat", "m@1", replica, priority, prompt, clock)
+    return book.open(RequestId(rid), "chat", "m@1", "m@1", replica, priority, prompt, clock)
 
 
 def token(ts: float, n: int = 1) -> TokenEvent:
@@ -147,7 +147,9 @@ def test_admission_learns_how_late_first_tokens_come_against_its_predictions(
 ) -> None:
     def served(rid: str, predicted: float | None, ttft: float, priority: Priority = I) -> None:
         clock = RequestClock(100.0)
-        lease = book.open(RequestId(rid), "chat", "m@1", "w1", priority, 10, clock, predicted)
+        lease = book.open(
+            RequestId(rid), "chat", "m@1", "m@1", "w1", priority, 10, clock, predicted
+        )
         lease.observe(token(100.0 + ttft))
         lease.observe(finish(FinishReason.LENGTH, clock))
 

@@ -12,7 +12,7 @@ from vigil.platform.slo.burn import (
     evaluate,
     scaled_rules,
 )
-from vigil.platform.slo.windows import WindowCounts
+from vigil.platform.slo.windows import WindowSet
 
 DAY = 86400.0
 
@@ -39,7 +39,8 @@ def test_the_workbooks_windows_scale_with_the_slo_window() -> None:
         (6 * 3600.0, 1800.0, 6.0),
         (3 * DAY, 6 * 3600.0, 1.0),
     ]
-    assert [r.rule.name for r in month] == ["1h", "6h", "72h"]
+    assert [r.rule.name for r in month] == ["1h", "6h", "3d"]
+    assert [w for r in month for w, _ in r.windows] == ["1h", "5m", "6h", "30m", "3d", "6h"]
     hour = scaled_rules(3600.0)  # a 1-hour SLO: the page windows are 5 s and 0.42 s
     assert hour[0].long_s == pytest.approx(5.0) and hour[0].short_s == pytest.approx(5 / 12)
 
@@ -74,13 +75,16 @@ def test_a_slow_burn_is_a_ticket_and_an_empty_window_never_alerts() -> None:
 
 
 def test_window_counts_cover_their_window_to_one_bucket() -> None:
-    counts = WindowCounts(shortest_window_s=10.0, longest_window_s=100.0)  # 1 s buckets
+    counts = WindowSet([10.0, 100.0])  # buckets of 0.5 s and 5 s
     for ts in range(100, 200):  # one request a second, every fifth one bad
         counts.add(float(ts) + 0.5, good=ts % 5 != 0)
-    assert counts.counts(199.9, 10.0) == (8, 10)  # seconds 190-199
-    assert counts.counts(199.9, 100.0) == (80, 100)
-    assert counts.counts(199.9, 1000.0) == (80, 100)  # no further back than kept
+    assert counts.counts(200.0, 10.0) == (8, 10)  # seconds 190-199
+    assert counts.counts(200.0, 100.0) == (80, 100)
+    assert counts.counts(199.9, 10.0) == (9, 11)  # up to one bucket more at the far edge
     assert counts.counts(215.0, 10.0) == (0, 0)  # a quiet spell empties the short window
-    assert counts.counts(215.0, 100.0) == (68, 84)  # seconds 116-199 still in the long one
+    # 215 s: the long window's buckets are 5 s, so it spans 115-215 to a bucket.
+    assert counts.counts(215.0, 100.0) == (68, 85)
     counts.add(400.0, good=False)  # long after: old buckets are reused, not summed
     assert counts.counts(400.0, 100.0) == (0, 1)
+    with pytest.raises(AssertionError, match="no window of 50"):
+        counts.counts(400.0, 50.0)

@@ -1,0 +1,42 @@
+"""The SLOs on /metrics, read from the tracker at scrape time:
+`vigil_slo_error_budget_remaining_ratio{deployment,sli}` and
+`vigil_slo_burn_rate{deployment,sli,window}` (windows by the SRE workbook's names,
+scaled to each SLO's window)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from vigil.platform.slo.tracker import SLOTracker
+
+
+class SLOCollector(Collector):
+    def __init__(self, tracker: SLOTracker) -> None:
+        self._tracker = tracker
+
+    def collect(self) -> Iterator[Metric]:
+        budget = GaugeMetricFamily(
+            "vigil_slo_error_budget_remaining_ratio",
+            "Share of the SLO window's error budget left: 1 untouched, 0 spent, below 0 overspent.",
+            labels=["deployment", "sli"],
+        )
+        burn = GaugeMetricFamily(
+            "vigil_slo_burn_rate",
+            "Bad share over the window divided by the error budget's share (1: the budget "
+            "lasts exactly the SLO window). Absent for a window without requests.",
+            labels=["deployment", "sli", "window"],
+        )
+        for name in self._tracker.deployments():
+            status = self._tracker.status(name)
+            if status is None:
+                continue
+            for sli, s in status.slis.items():
+                budget.add_metric([name, sli.value], s.budget_remaining)
+                for window, rate in s.burn_rates.items():
+                    if rate is not None:
+                        burn.add_metric([name, sli.value, window], rate)
+        yield budget
+        yield burn

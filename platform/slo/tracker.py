@@ -1,0 +1,123 @@
+"""Good/total counts of every SLI, per deployment and per model version, and what they
+say about each deployment's error budget and burn rates.
+
+The recorder hands every ended request's record here, and admission every verdict; the
+counts go into time buckets (slo/windows.py) sized by each deployment's SLO window, so
+that memory is bounded by the number of deployments and versions, not of requests.
+`status` is read once a second by the SLO loop and at scrape time by /metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vigil.platform.control.specs import SLOTargets
+from vigil.platform.slo.burn import (
+    ScaledRule,
+    Severity,
+    budget_remaining,
+    evaluate,
+    scaled_rules,
+)
+from vigil.platform.slo.sli import SLI, classify, objective
+from vigil.platform.slo.windows import WindowSet
+from vigil.platform.telemetry.recorder import RequestRecord
+
+ALL_VERSIONS = "*"  # the counts of a deployment's versions together
+
+
+@dataclass(frozen=True, slots=True)
+class SLIStatus:
+    sli: SLI
+    objective: float
+    good: int  # over the SLO window
+    total: int
+    budget_remaining: float  # 1 untouched, 0 spent, below 0 overspent
+    burn_rates: dict[str, float | None]  # window name ("5m", "1h", ...) -> burn rate
+    severity: Severity | None  # the alert the burn calls for
+    rule: ScaledRule | None  # the rule that calls for it
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSLO:
+    deployment: str
+    slo: SLOTargets
+    slis: dict[SLI, SLIStatus]  # every version together
+    versions: dict[str, dict[SLI, tuple[int, int]]]  # model@version -> (good, total)
+
+
+class _Deployment:
+    def __init__(self, slo: SLOTargets) -> None:
+        self.slo = slo
+        self.rules = scaled_rules(slo.window_s)
+        self.windows_s = [slo.window_s, *(s for r in self.rules for _, s in r.windows)]
+        self.counts: dict[tuple[str, SLI], WindowSet] = {}
+
+    def add(self, version: str, sli: SLI, good: bool, now_ts: float) -> None:
+        for key in ((version, sli), (ALL_VERSIONS, sli)):
+            counts = self.counts.get(key)
+            if counts is None:
+                counts = self.counts[key] = WindowSet(self.windows_s)
+            counts.add(now_ts, good)
+
+
+class SLOTracker:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._deployments: dict[str, _Deployment] = {}
+
+    def set_targets(self, targets: dict[str, SLOTargets]) -> None:
+        """The deployments and their SLOs now. A deployment whose SLO changed starts
+        counting afresh (its windows may differ); one that is gone is forgotten."""
+        kept = {}
+        for name, slo in targets.items():
+            known = self._deployments.get(name)
+            kept[name] = known if known is not None and known.slo == slo else _Deployment(slo)
+        self._deployments = kept
+
+    def record(self, record: RequestRecord) -> None:
+        d = self._deployments.get(record.deployment)
+        if d is None:
+            return
+        now = self._clock()
+        for sli, good in classify(record, d.slo).items():
+            d.add(record.version, sli, good, now)
+
+    def admission(self, deployment: str, version: str, admitted: bool) -> None:
+        d = self._deployments.get(deployment)
+        if d is not None:
+            d.add(version, SLI.SHED, admitted, self._clock())
+
+    def deployments(self) -> list[str]:
+        return list(self._deployments)
+
+    def status(self, deployment: str) -> DeploymentSLO | None:
+        d = self._deployments.get(deployment)
+        if d is None:
+            return None
+        now = self._clock()
+        slis = {sli: self._sli_status(d, sli, now) for sli in SLI}
+        versions: dict[str, dict[SLI, tuple[int, int]]] = {}
+        for (version, sli), counts in d.counts.items():
+            if version != ALL_VERSIONS:
+                versions.setdefault(version, {})[sli] = counts.counts(now, d.slo.window_s)
+        return DeploymentSLO(deployment, d.slo, slis, versions)
+
+    def _sli_status(self, d: _Deployment, sli: SLI, now: float) -> SLIStatus:
+        goal = objective(sli, d.slo)
+        counts = d.counts.get((ALL_VERSIONS, sli)) or WindowSet(d.windows_s)
+        verdict = evaluate(lambda window_s: counts.counts(now, window_s), goal, d.rules)
+        rates = {name: verdict.rates[seconds] for rule in d.rules for name, seconds in rule.windows}
+        good, total = counts.counts(now, d.slo.window_s)
+        return SLIStatus(
+            sli,
+            goal,
+            good,
+            total,
+            budget_remaining(good, total, goal),
+            rates,
+            verdict.severity,
+            verdict.rule,
+        )

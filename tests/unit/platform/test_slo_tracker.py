@@ -1,0 +1,95 @@
+"""SLIs read from each request's record, and a deployment's budget and burn rates from
+their counts, per version and all versions together; on a clock the test holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from vigil.engine.request import Priority, RequestClock
+from vigil.platform.control.specs import SLOTargets
+from vigil.platform.slo.burn import Severity
+from vigil.platform.slo.sli import SLI, classify
+from vigil.platform.slo.tracker import SLOTracker
+from vigil.platform.telemetry.recorder import Outcome, RequestRecord
+
+SLO = SLOTargets(ttft_p99_s=1.0, min_tokens_per_s=10.0, availability_target=0.99, window_s=720.0)
+
+
+def record(
+    outcome: Outcome = Outcome.LENGTH,
+    ttft_s: float | None = 0.5,
+    tokens: int = 11,
+    decode_s: float = 0.5,
+    version: str = "m@1",
+) -> RequestRecord:
+    clock = RequestClock(100.0)
+    if ttft_s is not None:
+        clock.first_token_ts = 100.0 + ttft_s
+        clock.last_token_ts = clock.first_token_ts + decode_s
+    clock.finished_ts = (clock.last_token_ts or 100.0) + 0.01
+    return RequestRecord("chat", version, Priority.INTERACTIVE, outcome, 10, tokens, clock)
+
+
+def test_a_request_counts_toward_the_slis_its_clock_speaks_for() -> None:
+    assert classify(record(), SLO) == {
+        SLI.TTFT: True,
+        SLI.TOKENS_PER_S: True,  # 10 tokens after the first in 0.5 s: 20/s
+        SLI.AVAILABILITY: True,
+    }
+    slow = classify(record(ttft_s=1.5, decode_s=2.0), SLO)
+    assert (slow[SLI.TTFT], slow[SLI.TOKENS_PER_S]) == (False, False)  # 5 tokens/s
+    assert classify(record(ttft_s=1.0), SLO)[SLI.TTFT] is True  # at the target is in
+    one_token = classify(record(tokens=1), SLO)
+    assert SLI.TOKENS_PER_S not in one_token  # no decode speed to speak of
+    assert classify(record(Outcome.TIMED_OUT, ttft_s=None, tokens=0), SLO) == {
+        SLI.TTFT: False,
+        SLI.AVAILABILITY: False,
+    }
+    assert classify(record(Outcome.FAILED, ttft_s=None, tokens=0), SLO) == {SLI.AVAILABILITY: False}
+    assert classify(record(Outcome.ABORTED, ttft_s=None, tokens=0), SLO) == {}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ts = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_ts
+
+
+def test_budget_and_burn_rates_per_deployment_and_counts_per_version() -> None:
+    clock = Clock()
+    tracker = SLOTracker(clock)
+    tracker.set_targets({"chat": SLO})
+    for _ in range(90):
+        tracker.record(record())
+    for _ in range(10):
+        tracker.record(record(ttft_s=3.0, version="m@canary"))  # every canary request late
+    status = tracker.status("chat")
+    assert status is not None
+    ttft = status.slis[SLI.TTFT]
+    # 10 bad of 100 at a 99% objective: 10 times the budget, all spent and overspent.
+    assert (ttft.good, ttft.total, ttft.objective) == (90, 100, 0.99)
+    assert ttft.budget_remaining == pytest.approx(-9.0)
+    assert ttft.burn_rates["5m"] == pytest.approx(10.0)  # every window holds them all
+    # 10 is under the first page rule's 14.4 and over the second's 6: a page, by "6h".
+    assert ttft.severity is Severity.PAGE and ttft.rule is not None
+    assert ttft.rule.rule.name == "6h"
+    assert status.versions["m@canary"][SLI.TTFT] == (0, 10)
+    assert status.versions["m@1"][SLI.TTFT] == (90, 90)
+    tracker.admission("chat", "m@1", admitted=False)
+    assert tracker.status("chat").slis[SLI.SHED].total == 1  # type: ignore[union-attr]
+
+
+def test_an_slo_change_starts_counting_afresh_and_unknown_deployments_are_ignored() -> None:
+    tracker = SLOTracker(Clock())
+    tracker.set_targets({"chat": SLO})
+    tracker.record(record())
+    tracker.record(
+        RequestRecord("other", "m@1", Priority.BATCH, Outcome.LENGTH, 1, 1, RequestClock(0.0))
+    )
+    tracker.set_targets({"chat": SLO})  # the same SLO: counts kept
+    assert tracker.status("chat").slis[SLI.AVAILABILITY].total == 1  # type: ignore[union-attr]
+    tracker.set_targets({"chat": SLOTargets(ttft_p99_s=2.0, window_s=720.0)})
+    assert tracker.status("chat").slis[SLI.AVAILABILITY].total == 0  # type: ignore[union-attr]
+    assert tracker.status("other") is None
