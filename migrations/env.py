@@ -12,6 +12,7 @@ from sqlalchemy.pool import NullPool
 
 # Each domain maps its tables on the one Base: importing them all fills its metadata.
 import vigil.platform.control.access.tables
+import vigil.platform.control.alerts.tables
 import vigil.platform.control.audit.tables
 import vigil.platform.control.deployments.tables
 import vigil.platform.control.replicas.tables

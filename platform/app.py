@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 LIVE_SAMPLE_INTERVAL_S = 1.0
 VIEW_RELOAD_EVERY = 5  # samples
+SLO_INTERVAL_S = 1.0
 
 
 async def _sample_live(services: Services) -> None:
@@ -51,6 +52,16 @@ async def _sample_live(services: Services) -> None:
             except Exception:  # serving goes on with the view it has
                 log.exception("could not reload the serving view")
         await asyncio.sleep(LIVE_SAMPLE_INTERVAL_S)
+
+
+async def _watch_slos(services: Services) -> None:
+    """Once a second: the SLO loop's alerts, actions and canary checks."""
+    while True:
+        try:
+            await services.slo_loop.tick()
+        except Exception:  # the next tick tries again
+            log.exception("the SLO loop failed")
+        await asyncio.sleep(SLO_INTERVAL_S)
 
 
 def _principal(services: Services):  # type: ignore[no-untyped-def]
@@ -80,14 +91,20 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await services.load_serving_view()
         services.plane.add_listener(services.on_control_change)
-        sampler = asyncio.create_task(_sample_live(services), name="live-sampler")
+        await services.slo_loop.start()
+        tasks = [
+            asyncio.create_task(_sample_live(services), name="live-sampler"),
+            asyncio.create_task(_watch_slos(services), name="slo-loop"),
+            asyncio.create_task(services.delivery.run(), name="webhook-delivery"),
+        ]
         if local_workers is not None:
             local_workers.start()
         try:
             yield
         finally:
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             if local_workers is not None:
                 await local_workers.stop()
             await services.http.aclose()

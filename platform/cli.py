@@ -133,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         "from; repeatable (default: DATA_DIR/models)  [VIGIL_MODEL_DIRS, ':'-separated]",
     )
     serve.add_argument(
+        "--webhook-max-age",
+        type=float,
+        help="seconds an undelivered webhook message is retried, with back-off, before it is "
+        "given up (86400)  [VIGIL_WEBHOOK_MAX_AGE]",
+    )
+    serve.add_argument(
         "--redis-url",
         help="Redis for state several gateways share (failed sign-ins), e.g. "
         "redis://127.0.0.1:6379; default: kept in this process  [VIGIL_REDIS_URL]",

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.bundled import ModelKind, bundled_source
+from vigil.platform.alerts.delivery import WebhookDelivery
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.plane import ControlPlane
@@ -30,7 +31,9 @@ from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.settings import ServeSettings
-from vigil.platform.slo.metrics import SLOCollector
+from vigil.platform.slo.actions import ActionBoard
+from vigil.platform.slo.loop import SLOLoop
+from vigil.platform.slo.metrics import AlertsCollector, SLOCollector
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.live import Gauges, LiveSeries
 from vigil.platform.telemetry.metrics import EngineSnapshot, EngineStatsCollector, Metrics
@@ -64,6 +67,9 @@ class Services:
     plane: ControlPlane
     sign_ins: SignInThrottle
     slos: SLOTracker
+    actions: ActionBoard
+    slo_loop: SLOLoop
+    delivery: WebhookDelivery
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
     _kept_from: set[str] = field(default_factory=set)  # failed stables served around
     _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
@@ -195,12 +201,17 @@ def build_services(
     live = LiveSeries()
     registry.register(EngineStatsCollector(lambda: engine_snapshots(workers)))
     slos = SLOTracker()
+    actions = ActionBoard()
     registry.register(SLOCollector(slos))
     recorder = RequestRecorder(metrics, live, slos)
     loads = LoadBook(recorder)
     router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
     plane = ControlPlane(session_factory(db), model_dirs=settings.resolved_model_dirs)
+    slo_loop = SLOLoop(
+        slos, actions, plane, lambda: view.deployments, lambda spec: view.serving(spec).key
+    )
+    registry.register(AlertsCollector(lambda: slo_loop.firing))
     return Services(
         settings=settings,
         registry=registry,
@@ -210,7 +221,7 @@ def build_services(
         tokenizers=tokenizers,
         loads=loads,
         generation=GenerationService(
-            view, tokenizers, router, loads, link, settings.max_prompt_chars
+            view, tokenizers, router, loads, link, settings.max_prompt_chars, actions
         ),
         embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
@@ -220,6 +231,9 @@ def build_services(
         plane=plane,
         sign_ins=SignInThrottle(settings.throttle_storage_uri),
         slos=slos,
+        actions=actions,
+        slo_loop=slo_loop,
+        delivery=WebhookDelivery(plane.outbox, http, settings.webhook_max_age_s),
     )
 
 

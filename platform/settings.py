@@ -63,6 +63,8 @@ class ServeSettings:
     # Shared state of several gateways (failed sign-ins): Redis, e.g. redis://host:6379;
     # "" keeps it in this process.
     redis_url: str = ""
+    # How long an undelivered webhook message is retried before it is given up.
+    webhook_max_age_s: float = 86400.0
     # Where the artifacts of versions registered over the admin API may come from;
     # none given: the data dir's models/.
     model_dirs: tuple[Path, ...] = ()
@@ -231,6 +233,11 @@ def serve_settings(
             _pick(flags.get("max_request_bytes"), env, "MAX_REQUEST_BYTES"), d.max_request_bytes
         ),
         model_dirs=_model_dirs(flags.get("model_dir"), _env(env, "MODEL_DIRS")),
+        webhook_max_age_s=_float(
+            _pick(flags.get("webhook_max_age"), env, "WEBHOOK_MAX_AGE"),
+            "webhook max age",
+            d.webhook_max_age_s,
+        ),
         redis_url=_redis_url(_pick(flags.get("redis_url"), env, "REDIS_URL") or ""),
         max_prompt_chars=_int(
             _pick(flags.get("max_prompt_chars"), env, "MAX_PROMPT_CHARS"),

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from vigil.engine.bundled import ModelKind
 from vigil.platform.control.access.keys import ApiKeyService
 from vigil.platform.control.access.users import UserService
+from vigil.platform.control.alerts.service import AlertService
 from vigil.platform.control.audit.service import AuditService
 from vigil.platform.control.db import OnChange
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey, draft_of
@@ -35,6 +36,7 @@ from vigil.platform.control.specs import DeploymentSpec, SLOTargets, VersionRef,
 from vigil.platform.control.versions.checks import check_params, verified_checksum
 from vigil.platform.control.versions.declared import ensure_version, unregistered
 from vigil.platform.control.versions.service import VersionService
+from vigil.platform.control.webhooks.outbox import OutboxService
 from vigil.platform.control.webhooks.service import WebhookService
 from vigil.platform.errors import Conflict
 
@@ -60,6 +62,8 @@ class ControlPlane:
         self.keys = ApiKeyService(sessions, self._changed)
         self.audit = AuditService(sessions)
         self.replicas = ReplicaService(sessions)
+        self.alerts = AlertService(sessions)  # alerts and decisions: not admin writes
+        self.outbox = OutboxService(sessions)  # webhook messages and their deliveries
 
     def add_listener(self, callback: OnChange) -> None:
         self._listeners.append(callback)

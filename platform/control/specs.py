@@ -77,6 +77,12 @@ class SLOTargets:
     # The error budget: the share of requests that must meet the targets over window_s.
     availability_target: float = 0.999
     window_s: float = 3600.0
+    # A canary whose bad share of some SLI is over the stable version's by more than
+    # rollback_margin, once each has served rollback_min_requests in the window, is
+    # rolled back by the system.
+    auto_rollback: bool = True
+    rollback_min_requests: int = 50
+    rollback_margin: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)

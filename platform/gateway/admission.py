@@ -32,6 +32,7 @@ from enum import StrEnum
 from vigil.engine.request import Priority
 from vigil.platform.control.specs import DeploymentSpec, FallbackTrigger
 from vigil.platform.errors import RateLimited
+from vigil.platform.slo.actions import NO_ACTIONS, SLOActions
 
 RETRY_AFTER_DEFAULT_S = 5
 RETRY_AFTER_MAX_S = 60
@@ -50,6 +51,7 @@ class Reason(StrEnum):
     SLO_TOKENS_PER_S = "slo_tokens_per_s"
     QUEUE_WAIT = "queue_wait"  # fallback trigger
     PREDICTED_TTFT = "predicted_ttft"  # fallback trigger
+    SLO_BURN = "slo_burn"  # the SLO loop's action while the error budget burns
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +81,18 @@ def decide(
     load: LoadSnapshot,
     spec: DeploymentSpec,
     allow_fallback: bool = True,
+    actions: SLOActions = NO_ACTIONS,
 ) -> Admission:
     interactive_ttft = _predicted_ttft(
         load.queued[Priority.INTERACTIVE],
         load.queued_prompt_tokens[Priority.INTERACTIVE] + prompt_tokens,
         load,
     )
+    if priority is Priority.BATCH and actions.shed_batch:
+        return _shed(Reason.SLO_BURN, interactive_ttft, load, priority)
     if priority is Priority.INTERACTIVE and allow_fallback and spec.fallback is not None:
+        if actions.fallback:
+            return Admission(Verdict.FALLBACK, Reason.SLO_BURN, interactive_ttft)
         fb = spec.fallback
         waited = load.oldest_queued_s[Priority.INTERACTIVE]
         if fb.trigger is FallbackTrigger.QUEUE_WAIT and waited > fb.threshold_s:

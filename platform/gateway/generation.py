@@ -54,6 +54,7 @@ from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import ServingView, engine_key
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica
+from vigil.platform.slo.actions import ActionBoard
 from vigil.platform.worker.protocol import stats_of
 
 
@@ -79,6 +80,7 @@ class GenerationService:
         loads: LoadBook,
         link: WorkerLink,
         max_prompt_chars: int,
+        actions: ActionBoard,
     ) -> None:
         self.view = view
         self.tokenizers = tokenizers
@@ -86,6 +88,7 @@ class GenerationService:
         self.loads = loads
         self.link = link
         self.max_prompt_chars = max_prompt_chars
+        self.actions = actions
 
     async def start(
         self, params: GenerationParams, principal: Principal, arrival_ts: float
@@ -101,7 +104,8 @@ class GenerationService:
         check_prompt_size(params.prompt, self.max_prompt_chars, params.prompt_param)
         priority = principal.priority
         place = await self._place(spec, params)
-        admission = decide(priority, len(place.prompt_ids), place.load, spec)
+        actions = self.actions.get(spec.name)
+        admission = decide(priority, len(place.prompt_ids), place.load, spec, actions=actions)
         fallback_from = None
         if admission.verdict is Verdict.FALLBACK:
             assert spec.fallback is not None

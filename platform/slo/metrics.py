@@ -5,7 +5,8 @@ scaled to each SLO's window)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -40,3 +41,19 @@ class SLOCollector(Collector):
                         burn.add_metric([name, sli.value, window], rate)
         yield budget
         yield burn
+
+
+class AlertsCollector(Collector):
+    """`vigil_alerts_firing{severity}`: the SLO loop's alerts firing now."""
+
+    def __init__(self, firing: Callable[[], Mapping[str, str]]) -> None:
+        self._firing = firing  # fingerprint -> severity
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "vigil_alerts_firing", "SLO alerts firing now, by severity.", labels=["severity"]
+        )
+        counts = Counter(self._firing().values())
+        for severity in ("page", "ticket"):
+            gauge.add_metric([severity], counts.get(severity, 0))
+        yield gauge

@@ -22,6 +22,7 @@ from litestar.di import Provide
 from litestar.openapi.spec import Components, SecurityScheme
 
 from vigil.platform.api.admin.access import KeyController, UserController
+from vigil.platform.api.admin.alerts import AlertController, DecisionController
 from vigil.platform.api.admin.audit import AuditController
 from vigil.platform.api.admin.auth import (
     admin_guard,
@@ -68,6 +69,8 @@ def admin_router(plane: ControlPlane, throttle: SignInThrottle, slos: SLOTracker
             AuditController,
             ReplicaController,
             SLOController,
+            AlertController,
+            DecisionController,
         ],
         dependencies={
             "plane": Provide(provide_plane, sync_to_thread=False),

@@ -64,6 +64,9 @@ class SLOBody(In):
     batch_shed_fraction: float = 0.5
     availability_target: float = 0.999
     window_s: float = 3600.0
+    auto_rollback: bool = True  # roll back a canary whose SLIs are worse than stable's
+    rollback_min_requests: int = 50  # ...once each has served this many in the window
+    rollback_margin: float = 0.05  # ...by more than this share of bad requests
 
 
 class DeploymentIn(In):

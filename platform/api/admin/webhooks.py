@@ -16,7 +16,7 @@ from vigil.platform.api.admin.auth import OPERATOR
 from vigil.platform.api.admin.bodies import In, Name, given
 from vigil.platform.api.admin.deps import Actor, Plane
 from vigil.platform.api.admin.responses import error_responses, write_responses
-from vigil.platform.control.webhooks.records import WebhookRecord
+from vigil.platform.control.webhooks.records import WebhookFormat, WebhookRecord
 
 
 class WebhookIn(In):
@@ -25,18 +25,21 @@ class WebhookIn(In):
     events: list[str]  # slo.burn, slo.recovered, shed, fallback, canary.rollback, worker.down
     secret: str | None = None  # default: generated, and shown once in the answer
     enabled: bool = True
+    format: WebhookFormat = WebhookFormat.ALERTMANAGER_WEBHOOK
 
 
 class WebhookPatch(In):
     url: str | UnsetType = UNSET
     events: list[str] | UnsetType = UNSET
     enabled: bool | UnsetType = UNSET
+    format: WebhookFormat | UnsetType = UNSET
 
 
 class WebhookOut(Struct, kw_only=True):
     name: str
     url: str
     events: list[str]
+    format: WebhookFormat
     enabled: bool
     secret_hint: str
     created_at: datetime
@@ -44,6 +47,21 @@ class WebhookOut(Struct, kw_only=True):
 
 class WebhookCreated(WebhookOut, kw_only=True):
     secret: str  # shown this once
+
+
+class TestSent(Struct, kw_only=True):
+    delivery_id: str  # the X-Vigil-Delivery header the receiver will see
+
+
+class AttemptOut(Struct, kw_only=True):
+    delivery_id: str
+    event: str
+    at: datetime
+    status_code: int | None
+    latency_ms: float
+    error: str | None
+    delivered: bool
+    gave_up: bool
 
 
 def webhook_out(w: WebhookRecord) -> WebhookOut:
@@ -67,6 +85,7 @@ class WebhookController(Controller):
             data.events,
             secret=data.secret,
             enabled=data.enabled,
+            format=data.format,
             actor=actor,
         )
         return WebhookCreated(**asdict(webhook_out(record)), secret=secret)
@@ -85,9 +104,33 @@ class WebhookController(Controller):
             url=given(data.url),
             events=given(data.events),
             enabled=given(data.enabled),
+            format=given(data.format),
             actor=actor,
         )
         return webhook_out(record)
+
+    @post(
+        "/{name:str}/test",
+        summary="Send the webhook a test event",
+        opt=OPERATOR,
+        status_code=202,
+        responses=write_responses(404),
+    )
+    async def send_test(self, plane: Plane, name: FromPath[str]) -> TestSent:
+        return TestSent(delivery_id=await plane.outbox.send_test(name))
+
+    @get(
+        "/{name:str}/deliveries",
+        summary="The webhook's delivery log, newest first",
+        responses=error_responses(404),
+    )
+    async def deliveries(
+        self, plane: Plane, name: FromPath[str], limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    ) -> list[AttemptOut]:
+        return [
+            convert(a, AttemptOut, from_attributes=True)
+            for a in await plane.outbox.log(name, limit)
+        ]
 
     @delete(
         "/{name:str}",

@@ -80,8 +80,10 @@ async def change_deployment(
     actor: str,
     action: str,
     deployment_names: set[str],
+    reason: str | None = None,
 ) -> DeploymentRecord | None:
-    """The new record, or None when the edit changes nothing."""
+    """The new record, or None when the edit changes nothing. `reason`, when given, is
+    kept with the audit entry (a change the system made says why)."""
     (current,) = await load_records(session, [row])
     draft = edit(current.draft)
     if draft == current.draft:
@@ -91,6 +93,8 @@ async def change_deployment(
     store(row, draft, stable.id, canary.id if canary else None)
     await session.flush()  # UPDATE ... WHERE revision = <read>; bumps it
     after = snapshot(row.name, draft, row.revision)
+    if reason is not None:
+        after["reason"] = reason
     AuditRepository(session).log(actor, action, "deployment", row.name, before, after)
     (record,) = await load_records(session, [row])
     return record
@@ -192,13 +196,13 @@ class DeploymentService(Service):
         )
 
     async def rollback(
-        self, name: str, *, revision: int | None = None, actor: str
+        self, name: str, *, revision: int | None = None, actor: str, reason: str | None = None
     ) -> DeploymentRecord:
         """The canary is dropped; the stable version takes all the traffic again."""
         edit = _canary_edit(
             name, "roll back", lambda d, _: replace(d, canary=None, canary_weight=0)
         )
-        return await self._change(name, revision, edit, actor, "deployment.rollback")
+        return await self._change(name, revision, edit, actor, "deployment.rollback", reason=reason)
 
     async def previous_stable(self, name: str) -> VersionRef | None:
         """The stable version before the current one (from the audit log), if it can
@@ -241,6 +245,7 @@ class DeploymentService(Service):
         actor: str,
         action: str,
         takes_traffic: Callable[[DeploymentDraft], VersionKey | None] = lambda _: None,
+        reason: str | None = None,
     ) -> DeploymentRecord:
         """Apply `edit`; `takes_traffic` names the version the edit sends new traffic to,
         which must be ready on some worker (else Conflict, nothing written)."""
@@ -251,7 +256,13 @@ class DeploymentService(Service):
                     raise _stale(name, revision, row.revision)
                 names = await DeploymentRepository(session).names()
                 record = await change_deployment(
-                    session, row, edit, actor=actor, action=action, deployment_names=names
+                    session,
+                    row,
+                    edit,
+                    actor=actor,
+                    action=action,
+                    deployment_names=names,
+                    reason=reason,
                 )
                 if record is None:  # nothing to change
                     (unchanged,) = await load_records(session, [row])

@@ -17,6 +17,8 @@ def check_slo(slo: SLOTargets) -> SLOTargets:
         ("batch_shed_fraction", 0 < slo.batch_shed_fraction <= 1, "above 0 and at most 1"),
         ("availability_target", 0 < slo.availability_target < 1, "between 0 and 1, e.g. 0.999"),
         ("window_s", slo.window_s >= 60, "at least 60 seconds"),
+        ("rollback_min_requests", slo.rollback_min_requests >= 1, "at least 1"),
+        ("rollback_margin", 0 <= slo.rollback_margin < 1, "at least 0 and below 1"),
     )
     for name, ok, expected in rules:
         if not ok:
@@ -37,6 +39,9 @@ def slo_of(row: SLO | None) -> SLOTargets:
         batch_shed_fraction=row.batch_shed_fraction,
         availability_target=row.availability_target,
         window_s=row.window_s,
+        auto_rollback=row.auto_rollback,
+        rollback_min_requests=row.rollback_min_requests,
+        rollback_margin=row.rollback_margin,
     )
 
 
@@ -46,6 +51,9 @@ def store_slo(row: SLO, slo: SLOTargets) -> None:
     row.batch_shed_fraction = slo.batch_shed_fraction
     row.availability_target = slo.availability_target
     row.window_s = slo.window_s
+    row.auto_rollback = slo.auto_rollback
+    row.rollback_min_requests = slo.rollback_min_requests
+    row.rollback_margin = slo.rollback_margin
 
 
 def slo_snapshot(slo: SLOTargets) -> dict[str, Any]:

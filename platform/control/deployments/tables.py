@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from vigil.platform.control.db import Base, utcnow
@@ -56,3 +56,6 @@ class SLO(Base):
     batch_shed_fraction: Mapped[float] = mapped_column(Float)
     availability_target: Mapped[float] = mapped_column(Float)  # e.g. 0.999
     window_s: Mapped[float] = mapped_column(Float)  # e.g. 3600
+    auto_rollback: Mapped[bool] = mapped_column(Boolean, default=True)
+    rollback_min_requests: Mapped[int] = mapped_column(Integer, default=50)
+    rollback_margin: Mapped[float] = mapped_column(Float, default=0.05)

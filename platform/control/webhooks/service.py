@@ -16,8 +16,10 @@ from vigil.platform.control.db import Service
 from vigil.platform.control.names import check_name, must_exist, name_taken
 from vigil.platform.control.webhooks.records import (
     WebhookEvent,
+    WebhookFormat,
     WebhookRecord,
     WebhookTarget,
+    forbidden_address,
     secret_hint,
 )
 from vigil.platform.control.webhooks.repository import WebhookRepository
@@ -37,6 +39,7 @@ class WebhookService(Service):
         *,
         secret: str | None = None,
         enabled: bool = True,
+        format: WebhookFormat = WebhookFormat.ALERTMANAGER_WEBHOOK,
         actor: str,
     ) -> tuple[WebhookRecord, str]:
         """The new webhook and its secret (generated when not given): the only time the
@@ -49,6 +52,7 @@ class WebhookService(Service):
             secret=secret,
             events=_check_events(events),
             enabled=enabled,
+            format=WebhookFormat(format).value,
         )
         try:
             async with self._sessions.begin() as session:
@@ -77,6 +81,7 @@ class WebhookService(Service):
         url: str | None = None,
         events: Sequence[str] | None = None,
         enabled: bool | None = None,
+        format: WebhookFormat | None = None,
         actor: str,
     ) -> WebhookRecord:
         """Change the fields given (None: keep). A new secret means a new webhook."""
@@ -89,6 +94,8 @@ class WebhookService(Service):
                 row.events = _check_events(events)
             if enabled is not None:
                 row.enabled = enabled
+            if format is not None:
+                row.format = WebhookFormat(format).value
             after = _snapshot(row)
             if after != before:
                 AuditRepository(session).log(
@@ -142,11 +149,18 @@ def _check_secret(secret: str) -> str:
 
 def _check_url(url: str) -> str:
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or len(url) > 2000:
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
         raise InvalidRequest(
             f"{url[:80]!r} is not a webhook URL: give an http:// or https:// URL with a host",
             param="url",
             code="invalid_value",
+        )
+    if forbidden_address(parts.hostname):
+        raise InvalidRequest(
+            f"{parts.hostname} is a link-local or cloud metadata address; a webhook may not "
+            "call it",
+            param="url",
+            code="forbidden_address",
         )
     return url
 
@@ -170,6 +184,7 @@ def _snapshot(row: Webhook) -> dict[str, Any]:
         "url": row.url,
         "events": list(row.events),
         "enabled": row.enabled,
+        "format": row.format,
         "secret_hint": secret_hint(row.secret),
     }
 

@@ -30,6 +30,10 @@ TABLES = {
     "users",
     "audit_log",
     "replicas",
+    "alerts",
+    "decisions",
+    "webhook_outbox",
+    "webhook_attempts",
 }
 
 

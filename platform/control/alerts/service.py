@@ -1,0 +1,117 @@
+"""Alerts fired and resolved, and decisions recorded, each in one transaction with the
+webhook messages that report it (the outbox), so that on-call hears of every change
+exactly as it was committed, even across a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from vigil.platform.control.alerts.records import AlertRecord, DecisionRecord, fingerprint
+from vigil.platform.control.alerts.tables import Alert, Decision
+from vigil.platform.control.db import Service, utcnow
+from vigil.platform.control.webhooks.outbox import enqueue, subscribers
+from vigil.platform.control.webhooks.records import WebhookEvent
+
+MAX_LIST = 1000
+
+
+class AlertService(Service):
+    async def fire(
+        self, deployment: str, sli: str, severity: str, summary: str, details: dict[str, Any]
+    ) -> AlertRecord | None:
+        """A new firing alert, unless one for the same condition is firing already."""
+        fp = fingerprint(deployment, sli, severity)
+        async with self._sessions.begin() as session:
+            stmt = select(Alert).where(Alert.fingerprint == fp, Alert.state == "firing")
+            if (await session.execute(stmt)).scalars().first() is not None:
+                return None
+            row = Alert(
+                fingerprint=fp,
+                deployment=deployment,
+                sli=sli,
+                severity=severity,
+                state="firing",
+                summary=summary,
+                details=details,
+            )
+            session.add(row)
+            await session.flush()
+            record = AlertRecord.of(row)
+            session.add(_decision_row(deployment, "alert", "fired", summary, details))
+            targets = await subscribers(session, WebhookEvent.SLO_BURN)
+            enqueue(session, targets, WebhookEvent.SLO_BURN.value, record.message())
+        return record
+
+    async def resolve(self, alert_fingerprint: str, details: dict[str, Any]) -> AlertRecord | None:
+        """The firing alert of this fingerprint, resolved now (None: none was firing)."""
+        async with self._sessions.begin() as session:
+            stmt = select(Alert).where(
+                Alert.fingerprint == alert_fingerprint, Alert.state == "firing"
+            )
+            row = (await session.execute(stmt)).scalars().first()
+            if row is None:
+                return None
+            row.state, row.ends_at = "resolved", utcnow()
+            row.details = {**row.details, "resolved_with": details}
+            record = AlertRecord.of(row)
+            reason = f"resolved: {row.summary}"
+            session.add(_decision_row(row.deployment, "alert", "resolved", reason, details))
+            targets = await subscribers(session, WebhookEvent.SLO_RECOVERED)
+            enqueue(session, targets, WebhookEvent.SLO_RECOVERED.value, record.message())
+        return record
+
+    async def firing(self) -> list[AlertRecord]:
+        return await self.recent(state="firing")
+
+    async def recent(self, state: str | None = None, limit: int = 100) -> list[AlertRecord]:
+        """Newest first."""
+        stmt = select(Alert).order_by(Alert.id.desc()).limit(min(limit, MAX_LIST))
+        if state is not None:
+            stmt = stmt.where(Alert.state == state)
+        async with self._sessions() as session:
+            return [AlertRecord.of(row) for row in (await session.execute(stmt)).scalars()]
+
+    async def decide(
+        self,
+        deployment: str,
+        kind: str,
+        decision: str,
+        reason: str,
+        details: dict[str, Any],
+        event: WebhookEvent | None = None,
+        ongoing: bool = False,
+    ) -> DecisionRecord:
+        """Record an automatic decision; `event`: the webhooks to tell, with the decision
+        as an alert that is `ongoing` (firing) or over (resolved)."""
+        async with self._sessions.begin() as session:
+            row = _decision_row(deployment, kind, decision, reason, details)
+            session.add(row)
+            await session.flush()
+            record = DecisionRecord.of(row)
+            if event is not None:
+                targets = await subscribers(session, event)
+                enqueue(session, targets, event.value, record.message(ongoing))
+        return record
+
+    async def decisions(
+        self, deployment: str | None = None, kinds: Sequence[str] = (), limit: int = 100
+    ) -> list[DecisionRecord]:
+        """Newest first."""
+        stmt = select(Decision).order_by(Decision.id.desc()).limit(min(limit, MAX_LIST))
+        if deployment is not None:
+            stmt = stmt.where(Decision.deployment == deployment)
+        if kinds:
+            stmt = stmt.where(Decision.kind.in_(kinds))
+        async with self._sessions() as session:
+            return [DecisionRecord.of(row) for row in (await session.execute(stmt)).scalars()]
+
+
+def _decision_row(
+    deployment: str, kind: str, decision: str, reason: str, details: dict[str, Any]
+) -> Decision:
+    return Decision(
+        deployment=deployment, kind=kind, decision=decision, reason=reason[:2000], details=details
+    )

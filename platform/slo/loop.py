@@ -1,0 +1,226 @@
+"""The SLO loop: once a second, every deployment's SLO status turned into what Vigil does
+about it, each step recorded as a decision with the numbers that caused it.
+
+- Alerts: an SLI whose burn calls for a page or a ticket fires one (once per episode;
+  its fingerprint names deployment, SLI and severity) and resolves it when the short
+  window has cleared, which is what keeps it from flapping.
+- Actions, while a page-level burn goes on: batch traffic is shed first; if the burn is
+  still on `hold_s` later and the deployment has a fallback, new interactive requests
+  go to it. Once the burn has stopped for `hold_s`, the fallback is switched off, and
+  after another `hold_s`, batch shedding (hysteresis, so one quiet second changes
+  nothing).
+- Canary: a canary whose bad share of some SLI is worse than its stable version's by
+  more than the SLO's rollback_margin, once both have served rollback_min_requests in
+  the window, is rolled back by `system`.
+The deciders are pure functions of plain data; `SLOLoop` holds the clock and the writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from vigil.platform.control.alerts.records import fingerprint
+from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.specs import DeploymentSpec
+from vigil.platform.control.webhooks.records import WebhookEvent
+from vigil.platform.slo.actions import NO_ACTIONS, ActionBoard, SLOActions
+from vigil.platform.slo.burn import Severity, scaled_rules
+from vigil.platform.slo.sli import ALERTING, SLI
+from vigil.platform.slo.tracker import DeploymentSLO, SLIStatus, SLOTracker
+
+log = logging.getLogger(__name__)
+
+MIN_HOLD_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ActionState:
+    actions: SLOActions = NO_ACTIONS
+    changed_ts: float = 0.0  # when the actions last changed
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    kind: str  # shed_batch | fallback
+    on: bool
+
+
+def plan_actions(
+    state: ActionState, burning: bool, has_fallback: bool, now_ts: float, hold_s: float
+) -> tuple[ActionState, Change | None]:
+    """At most one step at a time, each `hold_s` after the one before."""
+    a, held = state.actions, now_ts - state.changed_ts >= hold_s
+    change: Change | None = None
+    if burning and not a.shed_batch:
+        change = Change("shed_batch", True)
+    elif burning and has_fallback and not a.fallback and held:
+        change = Change("fallback", True)
+    elif not burning and a.fallback and held:
+        change = Change("fallback", False)
+    elif not burning and a.shed_batch and not a.fallback and held:
+        change = Change("shed_batch", False)
+    if change is None:
+        return state, None
+    actions = replace(a, **{change.kind: change.on})
+    return ActionState(actions, now_ts), change
+
+
+def hold_s(window_s: float) -> float:
+    """The first page rule's long window (5 s for a 1-hour SLO, an hour for 30 days)."""
+    return max(MIN_HOLD_S, scaled_rules(window_s)[0].long_s)
+
+
+def paging(status: DeploymentSLO) -> list[SLIStatus]:
+    return [s for sli, s in status.slis.items() if sli in ALERTING and s.severity is Severity.PAGE]
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackCase:
+    sli: SLI
+    canary_bad: float
+    stable_bad: float
+    canary_total: int
+    stable_total: int
+
+
+def canary_verdict(status: DeploymentSLO, stable: str, canary: str) -> RollbackCase | None:
+    """The first SLI on which the canary is worse than stable by more than the margin,
+    with enough requests on both to say so."""
+    slo = status.slo
+    for sli in ALERTING:
+        c = status.versions.get(canary, {}).get(sli, (0, 0))
+        s = status.versions.get(stable, {}).get(sli, (0, 0))
+        if min(c[1], s[1]) < slo.rollback_min_requests:
+            continue
+        c_bad, s_bad = 1 - c[0] / c[1], 1 - s[0] / s[1]
+        if c_bad - s_bad > slo.rollback_margin:
+            return RollbackCase(sli, c_bad, s_bad, c[1], s[1])
+    return None
+
+
+def _rates(s: SLIStatus) -> dict[str, object]:
+    return {
+        "sli": s.sli.value,
+        "good": s.good,
+        "total": s.total,
+        "budget_remaining": round(s.budget_remaining, 4),
+        **{f"burn_{w}": round(r, 3) for w, r in s.burn_rates.items() if r is not None},
+    }
+
+
+class SLOLoop:
+    def __init__(
+        self,
+        tracker: SLOTracker,
+        board: ActionBoard,
+        plane: ControlPlane,
+        deployments: Callable[[], dict[str, DeploymentSpec]],
+        serving: Callable[[DeploymentSpec], str],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`deployments`: the serving view's; `serving`: the key of the stable version
+        now serving a deployment (its canary is compared with that one)."""
+        self.tracker = tracker
+        self.board = board
+        self.plane = plane
+        self._deployments = deployments
+        self._serving = serving
+        self._clock = clock
+        self.firing: dict[str, str] = {}  # fingerprint -> severity, of alerts firing now
+        self._states: dict[str, ActionState] = {}
+
+    async def start(self) -> None:
+        """Pick up the alerts still firing from before a restart."""
+        self.firing = {a.fingerprint: a.severity for a in await self.plane.alerts.firing()}
+
+    async def tick(self) -> None:
+        now = self._clock()
+        for name, spec in self._deployments().items():
+            status = self.tracker.status(name)
+            if status is not None:
+                await self._alerts(status)
+                await self._actions(spec, status, now)
+                await self._canary(spec, status)
+
+    async def _alerts(self, status: DeploymentSLO) -> None:
+        name = status.deployment
+        wanted = {
+            fingerprint(name, sli.value, s.severity.value): s
+            for sli, s in status.slis.items()
+            if sli in ALERTING and s.severity is not None
+        }
+        for fp, s in wanted.items():
+            if fp in self.firing:
+                continue
+            assert s.severity is not None and s.rule is not None
+            summary = (
+                f"{name}: the {s.sli.value} SLO burns its error budget {s.severity.value}-fast "
+                f"(rule {s.rule.rule.name}: over {s.rule.rule.threshold:g}x in both windows)"
+            )
+            await self.plane.alerts.fire(name, s.sli.value, s.severity.value, summary, _rates(s))
+            self.firing[fp] = s.severity.value
+        for sli in ALERTING:
+            for severity in Severity:
+                fp = fingerprint(name, sli.value, severity.value)
+                if fp in self.firing and fp not in wanted:
+                    await self.plane.alerts.resolve(fp, _rates(status.slis[sli]))
+                    del self.firing[fp]
+
+    async def _actions(self, spec: DeploymentSpec, status: DeploymentSLO, now: float) -> None:
+        burning = paging(status)
+        state = self._states.get(spec.name, ActionState(changed_ts=now))
+        new, change = plan_actions(
+            state, bool(burning), spec.fallback is not None, now, hold_s(status.slo.window_s)
+        )
+        if change is None:
+            return
+        self._states[spec.name] = new
+        self.board.set(spec.name, new.actions)
+        what = {
+            "shed_batch": "batch traffic shed",
+            "fallback": "interactive traffic to "
+            f"{spec.fallback.deployment if spec.fallback else ''}",
+        }[change.kind]
+        if change.on:
+            slis = ", ".join(s.sli.value for s in burning)
+            reason = f"{spec.name}: {what}, while the {slis} SLO burns its budget page-fast"
+        else:
+            reason = f"{spec.name}: {what} no more, the burn has stopped"
+        details = {
+            s.sli.value: _rates(s) for s in (burning or status.slis.values()) if s.sli in ALERTING
+        }
+        event = WebhookEvent.SHED if change.kind == "shed_batch" else WebhookEvent.FALLBACK
+        await self.plane.alerts.decide(
+            spec.name, change.kind, "on" if change.on else "off", reason, details, event, change.on
+        )
+        log.warning("%s", reason)
+
+    async def _canary(self, spec: DeploymentSpec, status: DeploymentSLO) -> None:
+        canary = spec.canary
+        if canary is None or spec.canary_weight <= 0 or not status.slo.auto_rollback:
+            return
+        case = canary_verdict(status, self._serving(spec), canary.key)
+        if case is None:
+            return
+        reason = (
+            f"{spec.name}: canary {canary.key} rolled back: {case.canary_bad:.1%} of its "
+            f"requests missed the {case.sli.value} SLO against {case.stable_bad:.1%} on "
+            f"stable (margin {status.slo.rollback_margin:.1%})"
+        )
+        details = {
+            "sli": case.sli.value,
+            "canary": canary.key,
+            "canary_bad": round(case.canary_bad, 4),
+            "canary_requests": case.canary_total,
+            "stable_bad": round(case.stable_bad, 4),
+            "stable_requests": case.stable_total,
+            "margin": status.slo.rollback_margin,
+        }
+        await self.plane.deployments.rollback(spec.name, actor="system", reason=reason)
+        await self.plane.alerts.decide(
+            spec.name, "rollback", "rolled_back", reason, details, WebhookEvent.CANARY_ROLLBACK
+        )
+        log.warning("%s", reason)

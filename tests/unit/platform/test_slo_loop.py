@@ -1,0 +1,171 @@
+"""The SLO loop on a clock the test holds, over a real control plane (SQLite): alerts
+fired once and resolved when the short window clears; batch shed, then fallback, then
+both off again with hysteresis; a worse canary rolled back by `system`; each step a
+decision row with its numbers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fakes import report_loaded
+
+from vigil.engine.bundled import SMOLLM2
+from vigil.engine.request import Priority, RequestClock
+from vigil.platform.control.db import create_engine, session_factory
+from vigil.platform.control.deployments.records import VersionKey
+from vigil.platform.control.migrate import migrate
+from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.specs import (
+    DeploymentSpec,
+    FallbackSpec,
+    FallbackTrigger,
+    SLOTargets,
+    bundled_version,
+)
+from vigil.platform.slo.actions import ActionBoard, SLOActions
+from vigil.platform.slo.loop import ActionState, Change, SLOLoop, plan_actions
+from vigil.platform.slo.tracker import SLOTracker
+from vigil.platform.telemetry.recorder import Outcome, RequestRecord
+
+STABLE = bundled_version(SMOLLM2)
+# A 1-hour SLO window: the first page rule's windows are 5 s and 0.42 s.
+SLO = SLOTargets(ttft_p99_s=1.0, window_s=3600.0, rollback_min_requests=20)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ts = 10_000.0
+
+    def __call__(self) -> float:
+        return self.now_ts
+
+
+def served(version: str, ttft_s: float) -> RequestRecord:
+    clock = RequestClock(0.0, first_token_ts=ttft_s, last_token_ts=ttft_s + 1.0)
+    clock.finished_ts = ttft_s + 1.0
+    return RequestRecord(SMOLLM2, version, Priority.INTERACTIVE, Outcome.LENGTH, 5, 20, clock)
+
+
+def test_actions_step_up_and_down_one_at_a_time_with_a_hold() -> None:
+    s = ActionState(changed_ts=0.0)
+    s, c = plan_actions(s, burning=True, has_fallback=True, now_ts=1.0, hold_s=5.0)
+    assert c == Change("shed_batch", True)
+    s, c = plan_actions(s, True, True, now_ts=3.0, hold_s=5.0)
+    assert c is None  # not held long enough to escalate
+    s, c = plan_actions(s, True, True, now_ts=6.0, hold_s=5.0)
+    assert c == Change("fallback", True) and s.actions == SLOActions(True, True)
+    s, c = plan_actions(s, False, True, now_ts=8.0, hold_s=5.0)
+    assert c is None  # one quiet moment changes nothing
+    s, c = plan_actions(s, False, True, now_ts=11.0, hold_s=5.0)
+    assert c == Change("fallback", False)
+    s, c = plan_actions(s, False, True, now_ts=16.0, hold_s=5.0)
+    assert c == Change("shed_batch", False) and s.actions == SLOActions()
+    s, c = plan_actions(ActionState(), True, has_fallback=False, now_ts=100.0, hold_s=5.0)
+    s, c = plan_actions(s, True, has_fallback=False, now_ts=200.0, hold_s=5.0)
+    assert c is None and s.actions == SLOActions(shed_batch=True)  # nothing to fall back to
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'vigil.db'}"
+    await asyncio.to_thread(migrate, url)
+    engine = create_engine(url)
+    plane = ControlPlane(session_factory(engine))
+    await plane.seed_bundled([SMOLLM2])
+    await plane.deployments.set_slo(SMOLLM2, SLO, actor="ops")
+    yield plane
+    await engine.dispose()
+
+
+async def test_a_ttft_burn_pages_sheds_falls_back_and_recovers(plane: ControlPlane) -> None:
+    clock = Clock()
+    tracker, board = SLOTracker(clock), ActionBoard()
+    spec = DeploymentSpec(
+        SMOLLM2, STABLE, slo=SLO, fallback=FallbackSpec("lite", FallbackTrigger.QUEUE_WAIT, 9.0)
+    )
+    tracker.set_targets({SMOLLM2: SLO})
+    loop = SLOLoop(tracker, board, plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock)
+    await loop.start()
+    for _ in range(50):
+        tracker.record(served(STABLE.key, ttft_s=3.0))  # every first token late
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
+    [alert] = await plane.alerts.firing()
+    assert (alert.sli, alert.severity) == ("ttft", "page")
+    assert alert.details["total"] == 50 and alert.details["burn_1h"] == pytest.approx(100.0)
+    clock.now_ts += 6.0
+    for _ in range(5):
+        tracker.record(served(STABLE.key, ttft_s=3.0))  # still burning
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True, fallback=True)
+    assert len(await plane.alerts.firing()) == 1  # one alert for the episode
+    # The load goes: good requests only. Both page rules' short windows (0.42 s and 2.5 s)
+    # must clear before the alert resolves.
+    clock.now_ts += 1.0
+    for _ in range(10):
+        tracker.record(served(STABLE.key, ttft_s=0.2))
+    await loop.tick()
+    assert len(await plane.alerts.firing()) == 1  # the 6h rule's 2.5 s window still burns
+    clock.now_ts += 3.0
+    tracker.record(served(STABLE.key, ttft_s=0.2))
+    await loop.tick()
+    # The page resolves; the slow-burn rule (3d and 6h: 360 s and 30 s here) still sees
+    # the burn, so a ticket takes its place.
+    assert [a.severity for a in await plane.alerts.firing()] == ["ticket"]
+    for _ in range(3):
+        clock.now_ts += 6.0
+        await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions()
+    decisions = [(d.kind, d.decision) for d in reversed(await plane.alerts.decisions(SMOLLM2))]
+    assert decisions == [
+        ("alert", "fired"),
+        ("shed_batch", "on"),
+        ("fallback", "on"),
+        ("alert", "fired"),  # the ticket
+        ("alert", "resolved"),  # the page
+        ("fallback", "off"),
+        ("shed_batch", "off"),
+    ]
+    on = (await plane.alerts.decisions(SMOLLM2, ["shed_batch"]))[-1]
+    assert on.details["ttft"]["burn_5m"] == pytest.approx(100.0)
+    restarted = SLOLoop(tracker, board, plane, lambda: {}, lambda _: STABLE.key, clock)
+    await restarted.start()  # a restart picks up what is still firing
+    assert list(restarted.firing.values()) == ["ticket"]
+
+
+async def test_a_canary_worse_than_stable_is_rolled_back_by_the_system(
+    plane: ControlPlane,
+) -> None:
+    await plane.versions.register_version(SMOLLM2, "slow", f"bundled:{SMOLLM2}", actor="ops")
+    await report_loaded(plane, SMOLLM2, "slow")
+    record = await plane.deployments.set_canary(
+        SMOLLM2, VersionKey(SMOLLM2, "slow"), 50, actor="ops"
+    )
+    spec = replace(record.spec, slo=SLO)
+    canary = f"{SMOLLM2}@slow"
+    clock = Clock()
+    tracker = SLOTracker(clock)
+    tracker.set_targets({SMOLLM2: SLO})
+    loop = SLOLoop(
+        tracker, ActionBoard(), plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock
+    )
+    for _ in range(19):  # not yet enough canary requests to judge it
+        tracker.record(served(canary, ttft_s=0.5 if _ % 4 else 3.0))
+    for _ in range(40):
+        tracker.record(served(STABLE.key, ttft_s=0.5))
+    await loop.tick()
+    assert (await plane.deployments.get(SMOLLM2)).spec.canary is not None
+    tracker.record(served(canary, ttft_s=3.0))
+    await loop.tick()
+    after = await plane.deployments.get(SMOLLM2)
+    assert after.spec.canary is None and after.spec.stable.key == STABLE.key
+    [entry, *_] = await plane.audit.list("deployment", SMOLLM2)
+    assert (entry.actor, entry.action) == ("system", "deployment.rollback")
+    assert entry.after is not None and "missed the ttft SLO" in entry.after["reason"]
+    [decision] = await plane.alerts.decisions(SMOLLM2, ["rollback"])
+    assert decision.details["canary_requests"] == 20 and decision.details["stable_bad"] == 0.0
+    assert decision.details["canary_bad"] == pytest.approx(0.3)

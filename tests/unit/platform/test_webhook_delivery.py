@@ -1,0 +1,214 @@
+"""Webhook delivery from the outbox to a real HTTP receiver on 127.0.0.1: Alertmanager's
+payload, signed, retried with back-off while the receiver is down, each delivery id
+arriving once after de-duplication, nothing lost when the deliverer starts afresh."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fakes import serving
+from litestar import Litestar, Request, Response, post
+
+from vigil.platform.alerts.delivery import WebhookDelivery, backoff_s, render
+from vigil.platform.alerts.signing import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    signature,
+    verify,
+)
+from vigil.platform.control.db import create_engine, session_factory
+from vigil.platform.control.migrate import migrate
+from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.webhooks.records import WebhookEvent, WebhookFormat
+from vigil.platform.errors import InvalidRequest
+
+SECRET = "whsec_0123456789abcdef0123"
+
+
+@dataclass
+class Receiver:
+    """An on-call receiver that checks every signature and can be made to fail."""
+
+    down: bool = False
+    received: list[dict[str, Any]] = field(default_factory=list)
+    delivery_ids: list[str] = field(default_factory=list)
+    bad_signatures: int = 0
+
+    def app(self) -> Litestar:
+        @post("/hook", status_code=200)
+        async def hook(request: Request[Any, Any, Any]) -> Response[str]:
+            if self.down:
+                return Response("down", status_code=503)
+            body = await request.body()
+            if not verify(SECRET, request.headers.get(SIGNATURE_HEADER, ""), body, time.time()):
+                self.bad_signatures += 1
+                return Response("bad signature", status_code=401)
+            self.delivery_ids.append(request.headers[DELIVERY_HEADER])
+            self.received.append(json.loads(body))
+            return Response("ok")
+
+        return Litestar([hook])
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'vigil.db'}"
+    await asyncio.to_thread(migrate, url)
+    engine = create_engine(url)
+    yield ControlPlane(session_factory(engine))
+    await engine.dispose()
+
+
+def test_signatures_verify_and_a_tampered_body_or_an_old_one_does_not() -> None:
+    body = b'{"status": "firing"}'
+    header = signature(SECRET, 1_000_000, body)
+    assert verify(SECRET, header, body, now_s=1_000_010)
+    assert not verify(SECRET, header, body.replace(b"firing", b"resolved"), now_s=1_000_010)
+    assert not verify("whsec_another_secret_entirely", header, body, now_s=1_000_010)
+    assert not verify(SECRET, header, body, now_s=1_000_000 + 3600)  # replayed an hour on
+    assert not verify(SECRET, "v1=deadbeef", body, now_s=1_000_000)
+
+
+def test_back_off_grows_with_full_jitter_and_a_cap() -> None:
+    rng = random.Random(0)
+    assert all(0 <= backoff_s(0, rng) <= 1.0 for _ in range(100))
+    assert all(0 <= backoff_s(5, rng) <= 32.0 for _ in range(100))
+    assert max(backoff_s(30, rng) for _ in range(100)) <= 300.0
+
+
+async def test_a_firing_alert_reaches_the_receiver_as_alertmanager_would_send_it(
+    plane: ControlPlane,
+) -> None:
+    receiver = Receiver()
+    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+        await plane.webhooks.create(
+            "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], secret=SECRET, actor="ops"
+        )
+        fired = await plane.alerts.fire("chat", "ttft", "page", "chat burns", {"burn_1h": 20.0})
+        assert fired is not None
+        assert await plane.alerts.fire("chat", "ttft", "page", "again", {}) is None  # no twin
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60)
+        assert await delivery.send_due() == 1
+        await plane.alerts.resolve(fired.fingerprint, {"burn_1h": 0.5})
+        assert await delivery.send_due() == 1
+        assert await delivery.send_due() == 0  # nothing owed any more
+    firing, resolved = receiver.received
+    assert firing["version"] == "4" and firing["receiver"] == "oncall"
+    assert firing["status"] == "firing" and firing["groupKey"].startswith("{}:{alertname=")
+    [alert] = firing["alerts"]
+    assert alert["labels"] == {
+        "alertname": "VigilSLOBurn",
+        "service": "vigil",
+        "deployment": "chat",
+        "sli": "ttft",
+        "severity": "page",
+    }
+    assert alert["endsAt"] == "0001-01-01T00:00:00Z" and alert["fingerprint"]
+    assert resolved["status"] == "resolved"
+    assert resolved["alerts"][0]["fingerprint"] == alert["fingerprint"]
+    assert resolved["alerts"][0]["endsAt"] != "0001-01-01T00:00:00Z"
+    log = await plane.outbox.log("oncall")
+    assert [(a.status_code, a.delivered) for a in log] == [(200, True), (200, True)]
+
+
+async def test_a_receiver_down_gets_every_message_once_it_is_back(plane: ControlPlane) -> None:
+    receiver = Receiver(down=True)
+    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+        await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
+        for sli in ("ttft", "availability", "tokens_per_s"):
+            await plane.alerts.fire("chat", sli, "page", f"{sli} burns", {})
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, rng=random.Random(1))
+        for _ in range(3):  # down: each try fails and is put off a little
+            await delivery.send_due()
+            for message in await plane.outbox.due(datetime.now(UTC) + timedelta(hours=1), 10):
+                assert message.num_attempts >= 1
+            await _all_due_now(plane)
+        receiver.down = False
+        # A deliverer started afresh (a restart) finds what is still owed in the database.
+        fresh = WebhookDelivery(plane.outbox, client, max_age_s=60)
+        assert await fresh.send_due() == 3
+        # The receiver's answer is lost once: the same delivery goes again, same id.
+        await _all_due_now(plane, undeliver=True)
+        await fresh.send_due()
+    assert len(receiver.delivery_ids) == 6 and len(set(receiver.delivery_ids)) == 3
+    assert sorted(r["alerts"][0]["labels"]["sli"] for r in receiver.received[:3]) == [
+        "availability",
+        "tokens_per_s",
+        "ttft",
+    ]
+    log = await plane.outbox.log("oncall")
+    assert sum(a.status_code == 503 for a in log) == 9 and receiver.bad_signatures == 0
+
+
+async def test_a_message_too_old_is_given_up_and_logged(plane: ControlPlane) -> None:
+    async with httpx.AsyncClient() as client:
+        await plane.webhooks.create(
+            "nowhere", "http://127.0.0.1:9/hook", ["slo.burn"], secret=SECRET, actor="ops"
+        )
+        await plane.alerts.fire("chat", "ttft", "page", "chat burns", {})
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=0.0)
+        assert await delivery.send_due() == 1
+        assert await delivery.send_due() == 0
+    [attempt] = await plane.outbox.log("nowhere")
+    assert attempt.gave_up and not attempt.delivered and "ConnectError" in (attempt.error or "")
+
+
+async def test_metadata_and_link_local_hosts_are_refused(plane: ControlPlane) -> None:
+    for url in ("http://169.254.169.254/latest", "http://[fd00:ec2::254]/", "http://[fe80::1]/x"):
+        with pytest.raises(InvalidRequest) as caught:
+            await plane.webhooks.create("meta", url, ["slo.burn"], actor="ops")
+        assert caught.value.code == "forbidden_address"
+    for url in ("ftp://oncall.example/hook", "http:///hook"):
+        with pytest.raises(InvalidRequest):
+            await plane.webhooks.create("bad", url, ["slo.burn"], actor="ops")
+
+
+async def test_a_webhook_can_push_to_alertmanagers_api_and_be_sent_a_test(
+    plane: ControlPlane,
+) -> None:
+    await plane.webhooks.create(
+        "am",
+        "http://127.0.0.1:9093/api/v2/alerts",
+        ["slo.burn"],
+        format=WebhookFormat.ALERTMANAGER_API,
+        actor="ops",
+    )
+    delivery_id = await plane.outbox.send_test("am")
+    [message] = await plane.outbox.due(datetime.now(UTC), 10)
+    assert (message.delivery_id, message.event, message.format) == (
+        delivery_id,
+        "test",
+        "alertmanager_api",
+    )
+    [posted] = json.loads(render(message))
+    assert posted["labels"]["alertname"] == "VigilTest" and "endsAt" in posted
+    assert set(posted) == {"labels", "annotations", "startsAt", "endsAt", "generatorURL"}
+    decision = await plane.alerts.decide(
+        "chat", "shed_batch", "on", "batch shed", {"burn_5m": 30.0}, WebhookEvent.SHED, True
+    )
+    assert decision.kind == "shed_batch"
+    assert (await plane.alerts.decisions("chat"))[0].details == {"burn_5m": 30.0}
+
+
+async def _all_due_now(plane: ControlPlane, undeliver: bool = False) -> None:
+    """Move every pending message's next attempt to now (the test does not wait out the
+    back-off); `undeliver`: as if the receiver's answers had been lost."""
+    from sqlalchemy import update
+
+    from vigil.platform.control.webhooks.tables import OutboxMessage
+
+    async with plane.outbox._sessions.begin() as session:
+        values: dict[str, Any] = {"next_attempt_at": datetime.now(UTC) - timedelta(seconds=1)}
+        if undeliver:
+            values["delivered_at"] = None
+        await session.execute(update(OutboxMessage).values(**values))
