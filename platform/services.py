@@ -36,7 +36,12 @@ from vigil.platform.slo.loop import SLOLoop
 from vigil.platform.slo.metrics import AlertsCollector, SLOCollector
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.live import Gauges, LiveSeries
-from vigil.platform.telemetry.metrics import EngineSnapshot, EngineStatsCollector, Metrics
+from vigil.platform.telemetry.metrics import (
+    EngineSnapshot,
+    EngineStatsCollector,
+    Metrics,
+    WorkerCollector,
+)
 from vigil.platform.telemetry.recorder import RequestRecorder
 
 log = logging.getLogger(__name__)
@@ -200,6 +205,7 @@ def build_services(
     view = ServingView(workers, embed)
     live = LiveSeries()
     registry.register(EngineStatsCollector(lambda: engine_snapshots(workers)))
+    registry.register(WorkerCollector(workers.liveness))
     slos = SLOTracker()
     actions = ActionBoard()
     registry.register(SLOCollector(slos))

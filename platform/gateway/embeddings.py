@@ -54,7 +54,8 @@ class EmbeddingService:
             result = await self._embed(version.key, texts)
             num_tokens, ok = result.num_tokens, True
         finally:
-            self.recorder.embedding(model, num_tokens, time.monotonic() - arrival_ts, ok)
+            latency_s = time.monotonic() - arrival_ts
+            self.recorder.embedding(model, version.key, num_tokens, latency_s, ok)
         return Embeddings(result.vectors, num_tokens, f"{version.model}/{version.version}")
 
     def _check_size(self, texts: list[str]) -> None:

@@ -42,11 +42,11 @@ TTFT_MIN_PREDICTED_S = 0.2
 TTFT_MAX_CORRECTION = 4.0
 
 _OUTCOMES = {
-    FinishReason.STOP: Outcome.FINISHED,
+    FinishReason.STOP: Outcome.STOP,
     FinishReason.LENGTH: Outcome.LENGTH,
-    FinishReason.ABORT: Outcome.ABORTED,
+    FinishReason.ABORT: Outcome.ABORT,
     FinishReason.TIMEOUT: Outcome.TIMED_OUT,
-    FinishReason.ERROR: Outcome.FAILED,
+    FinishReason.ERROR: Outcome.ERROR,
 }
 
 
@@ -79,7 +79,9 @@ class Lease:
             self.book.started(self)
         if isinstance(event, TokenEvent):
             n = len(event.token_ids)
-            self.book.recorder.output_tokens(self.deployment, n, event.token_ts, self.clock)
+            self.book.recorder.output_tokens(
+                self.deployment, self.version, n, event.token_ts, self.clock
+            )
             if self.clock.first_token_ts is None:
                 self.clock.first_token_ts = event.token_ts
                 self.book.first_token(self)
@@ -92,7 +94,7 @@ class Lease:
         """The request's stream is done with. A lease whose finish event was not seen
         ends as aborted (its client left); closing again does nothing."""
         if self.state is not LeaseState.CLOSED:
-            self._close(Outcome.ABORTED, None)
+            self._close(Outcome.ABORT, None)
 
     def discard(self) -> None:
         """The request never reached a worker (refused, or the worker unreachable): it

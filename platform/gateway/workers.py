@@ -90,6 +90,11 @@ class WorkerRegistry:
             r.slots[slot_key] for r in self.replicas.values() if r.up(now) and slot_key in r.slots
         ]
 
+    def liveness(self, now_ts: float | None = None) -> list[tuple[str, bool, float]]:
+        """(replica, up, seconds since its last heartbeat) of every worker known."""
+        now = time.monotonic() if now_ts is None else now_ts
+        return [(r.id, r.up(now), now - r.last_heartbeat_ts) for r in self.replicas.values()]
+
     def engine_stats(self, now_ts: float | None = None) -> list[tuple[str, str, EngineStats]]:
         """(engine key, replica, stats) of every engine on a live worker."""
         now = time.monotonic() if now_ts is None else now_ts

@@ -54,6 +54,6 @@ def classify(record: RequestRecord, slo: SLOTargets) -> dict[SLI, bool]:
         decode_s = last - first
         rate = (record.num_output_tokens - 1) / decode_s if decode_s > 0 else float("inf")
         counted[SLI.TOKENS_PER_S] = rate >= slo.min_tokens_per_s
-    if outcome is not Outcome.ABORTED:
-        counted[SLI.AVAILABILITY] = outcome not in (Outcome.FAILED, Outcome.TIMED_OUT)
+    if outcome is not Outcome.ABORT:
+        counted[SLI.AVAILABILITY] = outcome not in (Outcome.ERROR, Outcome.TIMED_OUT)
     return counted

@@ -8,10 +8,12 @@ dashboards translate, and include every SLO threshold an operator can set.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -64,6 +66,15 @@ ITL_BUCKETS_S = (
     80.0,
 )
 REQUEST_BUCKETS_S = (
+    # Fine enough for queues of a few milliseconds and for embeddings; then vLLM's.
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
     0.3,
     0.5,
     0.8,
@@ -103,7 +114,9 @@ class EngineSnapshot:
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        labels = ["deployment"]  # request-level series: the name clients asked for
+        # Request-level series: the name clients asked for, and the model version that
+        # served it (a canary beside its stable version).
+        labels = ["deployment", "version"]
         self.ttft = Histogram(
             "vigil_time_to_first_token_seconds",
             "Time from arrival at the gateway to the first output token.",
@@ -145,8 +158,14 @@ class Metrics:
             registry=registry,
         )
         self.requests = Counter(
-            "vigil_requests", "Requests ended, by outcome.", [*labels, "outcome"], registry=registry
+            "vigil_requests",
+            "Requests ended, by outcome: stop, length, abort (vLLM's finish reasons), shed, "
+            "timed_out, error.",
+            [*labels, "outcome"],
+            registry=registry,
         )
+        build = Info("vigil_build", "The running Vigil and what it runs on.", registry=registry)
+        build.info(_build_info())
 
 
 class EngineMetrics:
@@ -237,3 +256,42 @@ class EngineStatsCollector(Collector):
             queried.add_metric(ids, s.num_prefix_queried_tokens)
             hits.add_metric(ids, s.num_prefix_hit_tokens)
         yield from (waiting, running, kv, preempt, queried, hits)
+
+
+def _build_info() -> dict[str, str]:
+    def version(distribution: str) -> str:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "version": version("vigil"),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+    }
+
+
+class WorkerCollector(Collector):
+    """`vigil_worker_up{replica}` and `vigil_worker_heartbeat_age_seconds{replica}`, from
+    the gateway's registry of workers at scrape time."""
+
+    def __init__(self, workers: Callable[[], Iterable[tuple[str, bool, float]]]) -> None:
+        self._workers = workers  # (replica, up, seconds since its last heartbeat)
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "vigil_worker_up",
+            "1 while the worker heart-beats and takes requests.",
+            labels=["replica"],
+        )
+        age = GaugeMetricFamily(
+            "vigil_worker_heartbeat_age_seconds",
+            "Seconds since the worker's last heartbeat.",
+            labels=["replica"],
+        )
+        for replica, is_up, age_s in self._workers():
+            up.add_metric([replica], 1.0 if is_up else 0.0)
+            age.add_metric([replica], age_s)
+        yield up
+        yield age

@@ -17,14 +17,15 @@ from vigil.platform.telemetry.metrics import Metrics
 
 
 class Outcome(StrEnum):
-    """How a request ended: the `outcome` label of vigil_requests_total."""
+    """How a request ended: the `outcome` label of vigil_requests_total, with vLLM's
+    finish reasons where they mean the same."""
 
-    FINISHED = "finished"  # a stop token or string
+    STOP = "stop"  # a stop token or string
     LENGTH = "length"  # max_tokens or the context window
-    ABORTED = "aborted"  # the client left before the end
+    ABORT = "abort"  # the client left before the end
     SHED = "shed"  # refused at admission (429)
     TIMED_OUT = "timed_out"  # never started within its queue wait
-    FAILED = "failed"  # the engine or its worker failed
+    ERROR = "error"  # the engine or its worker failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,45 +59,53 @@ class RequestRecorder:
         """An admission verdict: admitted, shed, or fallback (then a second verdict on
         the fallback deployment follows)."""
         m = self.metrics
-        m.admission.labels(deployment, decision, reason).inc()
+        m.admission.labels(deployment, version, decision, reason).inc()
         if decision == "shed":
-            m.requests.labels(deployment, Outcome.SHED.value).inc()
+            m.requests.labels(deployment, version, Outcome.SHED.value).inc()
         if self.sink is not None and decision in ("admitted", "shed"):
             self.sink.admission(deployment, version, decision == "admitted")
 
     def output_tokens(
-        self, deployment: str, num_tokens: int, token_ts: float, clock: RequestClock
+        self,
+        deployment: str,
+        version: str,
+        num_tokens: int,
+        token_ts: float,
+        clock: RequestClock,
     ) -> None:
         """Tokens that just arrived at `token_ts`; `clock` is the request's, before this
         arrival is written to it (so its last token is the previous one)."""
         m = self.metrics
-        m.generation_tokens.labels(deployment).inc(num_tokens)
+        m.generation_tokens.labels(deployment, version).inc(num_tokens)
         self.live.add_tokens(num_tokens)
         if clock.last_token_ts is None:
             ttft_s = token_ts - clock.arrival_ts
-            m.ttft.labels(deployment).observe(ttft_s)
+            m.ttft.labels(deployment, version).observe(ttft_s)
             self.live.add_ttft(ttft_s, token_ts)
         else:
-            m.itl.labels(deployment).observe(token_ts - clock.last_token_ts)
+            m.itl.labels(deployment, version).observe(token_ts - clock.last_token_ts)
 
     def ended(self, record: RequestRecord) -> None:
-        m, d, clock = self.metrics, record.deployment, record.clock
-        m.requests.labels(d, record.outcome.value).inc()
+        m, clock = self.metrics, record.clock
+        d = (record.deployment, record.version)
+        m.requests.labels(*d, record.outcome.value).inc()
         self.live.add_request()
         if self.sink is not None:
             self.sink.record(record)
-        if record.outcome is Outcome.ABORTED:
+        if record.outcome is Outcome.ABORT:
             return  # left before the engine's last word: no token or latency figures
-        m.prompt_tokens.labels(d).inc(record.num_prompt_tokens)
+        m.prompt_tokens.labels(*d).inc(record.num_prompt_tokens)
         if clock.finished_ts is not None:
-            m.e2e.labels(d).observe(clock.finished_ts - clock.arrival_ts)
+            m.e2e.labels(*d).observe(clock.finished_ts - clock.arrival_ts)
         if clock.queue_time_s is not None:
-            m.queue_time.labels(d).observe(clock.queue_time_s)
+            m.queue_time.labels(*d).observe(clock.queue_time_s)
 
-    def embedding(self, deployment: str, num_tokens: int, latency_s: float, ok: bool) -> None:
+    def embedding(
+        self, deployment: str, version: str, num_tokens: int, latency_s: float, ok: bool
+    ) -> None:
         m = self.metrics
-        m.prompt_tokens.labels(deployment).inc(num_tokens)
-        m.e2e.labels(deployment).observe(latency_s)
-        outcome = Outcome.FINISHED if ok else Outcome.FAILED
-        m.requests.labels(deployment, outcome.value).inc()
+        m.prompt_tokens.labels(deployment, version).inc(num_tokens)
+        m.e2e.labels(deployment, version).observe(latency_s)
+        outcome = Outcome.STOP if ok else Outcome.ERROR
+        m.requests.labels(deployment, version, outcome.value).inc()
         self.live.add_request()

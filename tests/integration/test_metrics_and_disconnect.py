@@ -42,7 +42,7 @@ def test_metrics_cover_the_core_series_after_a_request(vigil_server) -> None:
         == 200
     )
     m = scrape(vigil_server.base_url)
-    d = f'deployment="{LLM}"'
+    d = f'deployment="{LLM}",version="{LLM}@{VERSION}"'
     v = f'replica="local-0",version="{LLM}@{VERSION}"'
     for name in (
         "vigil_time_to_first_token_seconds_count",
@@ -53,13 +53,19 @@ def test_metrics_cover_the_core_series_after_a_request(vigil_server) -> None:
     ):
         assert m[f"{name}{{{d}}}"] >= 1, name
     assert m[f"vigil_inter_token_latency_seconds_count{{{d}}}"] >= 1
-    assert m[f'vigil_requests_total{{{d},outcome="length"}}'] >= 1
+    assert (
+        m[f'vigil_requests_total{{deployment="{LLM}",outcome="length",version="{LLM}@{VERSION}"}}']
+        >= 1
+    )
+    assert m['vigil_worker_up{replica="local-0"}'] == 1.0
+    assert any(k.startswith("vigil_build_info{") for k in m)
     assert f'vigil_requests_waiting{{priority="interactive",{v}}}' in m, sorted(m)
     assert f"vigil_requests_running{{{v}}}" in m
     assert 0.0 <= m[f"vigil_kv_cache_usage_ratio{{{v}}}"] <= 1.0
     # every SLO threshold an operator can set is a TTFT bucket boundary
     for le in ("0.1", "0.25", "0.5", "1.0", "2.5"):
-        assert f'vigil_time_to_first_token_seconds_bucket{{{d},le="{le}"}}' in m
+        bucket = f'deployment="{LLM}",le="{le}",version="{LLM}@{VERSION}"'
+        assert f"vigil_time_to_first_token_seconds_bucket{{{bucket}}}" in m
 
 
 def test_metrics_pass_promtool_lint(vigil_server) -> None:
@@ -73,9 +79,10 @@ def test_metrics_pass_promtool_lint(vigil_server) -> None:
 
 
 def test_client_disconnect_mid_stream_frees_its_sequence(vigil_server) -> None:
-    d = f'deployment="{LLM}"'
     v = f'replica="local-0",version="{LLM}@{VERSION}"'
-    aborted_key = f'vigil_requests_total{{{d},outcome="aborted"}}'
+    aborted_key = (
+        f'vigil_requests_total{{deployment="{LLM}",outcome="abort",version="{LLM}@{VERSION}"}}'
+    )
     aborted_before = scrape(vigil_server.base_url).get(aborted_key, 0.0)
     body = {
         "model": LLM,

@@ -268,8 +268,8 @@ async def test_interactive_traffic_falls_back_when_the_queue_waits_too_long(
     assert "x-vigil-fallback-from" not in (await first).headers
     metrics = (await client.get("/metrics")).text
     assert (
-        'vigil_admission_decisions_total{decision="fallback",deployment="chat",reason="queue_wait"}'
-        in metrics
+        'vigil_admission_decisions_total{decision="fallback",deployment="chat",reason="queue_wait",'
+        f'version="{STABLE}"}}' in metrics
     )
 
 
@@ -283,7 +283,8 @@ async def test_request_that_would_miss_its_ttft_target_is_shed_at_once(
     assert "predicted time to first token" in error_of(r)["message"]
     assert not engine(gateway, STRICT).arrived  # never sent to a worker
     metrics = (await client.get("/metrics")).text
-    assert 'vigil_requests_total{deployment="chat-strict",outcome="shed"} 1.0' in metrics
+    shed = f'vigil_requests_total{{deployment="chat-strict",outcome="shed",version="{STRICT}"}}'
+    assert f"{shed} 1.0" in metrics
 
 
 async def test_request_not_started_within_its_max_wait_times_out_with_503(
@@ -305,7 +306,8 @@ async def test_request_not_started_within_its_max_wait_times_out_with_503(
     assert data[-1] == "[DONE]"
     assert json.loads(data[-2])["error"]["code"] == "queue_timeout"
     metrics = (await client.get("/metrics")).text
-    assert 'vigil_requests_total{deployment="chat-timeout",outcome="timed_out"} 2.0' in metrics
+    timed_out = f'deployment="chat-timeout",outcome="timed_out",version="{TIMEOUT}"'
+    assert f"vigil_requests_total{{{timed_out}}} 2.0" in metrics
 
 
 async def test_a_key_revoked_through_this_gateway_stops_working_at_once(

@@ -99,13 +99,13 @@ async def test_a_completion_of_token_ids_and_the_metrics_it_leaves(gateway: Gate
         line = next((x for x in text.splitlines() if x.startswith(name)), None)
         return float(line.rsplit(" ", 1)[1]) if line else 0.0
 
-    series = f'{{deployment="{SMOLLM2}"'
+    series = f'{{deployment="{SMOLLM2}",version="{KEY}"'
     assert (
         sample(after, f"vigil_generation_tokens_total{series}")
         - sample(before, f"vigil_generation_tokens_total{series}")
         == 4
     )
-    length = f'vigil_requests_total{series},outcome="length"}}'
+    length = f'vigil_requests_total{{deployment="{SMOLLM2}",outcome="length",version="{KEY}"}}'
     assert sample(after, length) - sample(before, length) == 1
     ttft = f"vigil_time_to_first_token_seconds_count{series}}}"
     assert sample(after, ttft) - sample(before, ttft) == 1
@@ -132,7 +132,9 @@ async def test_a_client_that_leaves_mid_stream_aborts_the_request(gateway: Gatew
     assert engine.stats().num_running == 0  # aborted in the engine, not run to 2000 tokens
     async with httpx.AsyncClient(base_url=gateway.url) as client:
         metrics = (await client.get("/metrics")).text
-    assert f'vigil_requests_total{{deployment="{SMOLLM2}",outcome="aborted"}}' in metrics
+    assert (
+        f'vigil_requests_total{{deployment="{SMOLLM2}",outcome="abort",version="{KEY}"}}' in metrics
+    )
 
 
 async def test_a_client_that_gives_up_on_a_whole_answer_aborts_it_too(gateway: Gateway) -> None:

@@ -96,25 +96,34 @@ def test_a_finish_closes_the_lease_once_and_records_its_outcome(
     lease.observe(finish(FinishReason.LENGTH, lease.clock))
     lease.close()  # the stream's clean-up after the finish: nothing more is counted
     assert lease.state is LeaseState.CLOSED and book.num_open() == 0
-    assert value(registry, "vigil_requests_total", deployment="chat", outcome="length") == 1
-    assert value(registry, "vigil_requests_total", deployment="chat", outcome="aborted") == 0
-    assert value(registry, "vigil_generation_tokens_total", deployment="chat") == 3
-    assert value(registry, "vigil_prompt_tokens_total", deployment="chat") == 100
+    assert (
+        value(registry, "vigil_requests_total", deployment="chat", version="m@1", outcome="length")
+        == 1
+    )
+    assert (
+        value(registry, "vigil_requests_total", deployment="chat", version="m@1", outcome="abort")
+        == 0
+    )
+    assert value(registry, "vigil_generation_tokens_total", deployment="chat", version="m@1") == 3
+    assert value(registry, "vigil_prompt_tokens_total", deployment="chat", version="m@1") == 100
     ttft = "vigil_time_to_first_token_seconds"
-    assert value(registry, f"{ttft}_sum", deployment="chat") == pytest.approx(0.25)
+    assert value(registry, f"{ttft}_sum", deployment="chat", version="m@1") == pytest.approx(0.25)
     itl = "vigil_inter_token_latency_seconds"
-    assert value(registry, f"{itl}_sum", deployment="chat") == pytest.approx(0.25)
-    assert value(registry, "vigil_e2e_request_latency_seconds_count", deployment="chat") == 1
+    assert value(registry, f"{itl}_sum", deployment="chat", version="m@1") == pytest.approx(0.25)
+    assert (
+        value(registry, "vigil_e2e_request_latency_seconds_count", deployment="chat", version="m@1")
+        == 1
+    )
     assert lease.clock.first_token_ts == pytest.approx(lease.clock.arrival_ts + 0.25)
 
 
 @pytest.mark.parametrize(
     ("reason", "outcome"),
     [
-        (FinishReason.STOP, "finished"),
+        (FinishReason.STOP, "stop"),
         (FinishReason.TIMEOUT, "timed_out"),
-        (FinishReason.ERROR, "failed"),
-        (FinishReason.ABORT, "aborted"),
+        (FinishReason.ERROR, "error"),
+        (FinishReason.ABORT, "abort"),
     ],
 )
 def test_every_finish_reason_has_its_outcome(
@@ -122,7 +131,10 @@ def test_every_finish_reason_has_its_outcome(
 ) -> None:
     lease = open_lease(book, "a")
     lease.observe(finish(reason, lease.clock))
-    assert value(registry, "vigil_requests_total", deployment="chat", outcome=outcome) == 1
+    assert (
+        value(registry, "vigil_requests_total", deployment="chat", version="m@1", outcome=outcome)
+        == 1
+    )
 
 
 def test_a_lease_left_before_its_finish_ends_as_aborted_and_leaves_every_count(
@@ -137,7 +149,10 @@ def test_a_lease_left_before_its_finish_ends_as_aborted_and_leaves_every_count(
     assert book.num_open() == 0 and book.replica_counts("m@1") == {}
     snap = book.snapshot("m@1", 8, None, None)
     assert sum(snap.queued.values()) == 0 and snap.num_running == 0
-    assert value(registry, "vigil_requests_total", deployment="chat", outcome="aborted") == 2
+    assert (
+        value(registry, "vigil_requests_total", deployment="chat", version="m@1", outcome="abort")
+        == 2
+    )
     with pytest.raises(AssertionError, match="event after close"):
         running.observe(token(time.monotonic()))
 

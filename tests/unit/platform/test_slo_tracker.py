@@ -45,8 +45,8 @@ def test_a_request_counts_toward_the_slis_its_clock_speaks_for() -> None:
         SLI.TTFT: False,
         SLI.AVAILABILITY: False,
     }
-    assert classify(record(Outcome.FAILED, ttft_s=None, tokens=0), SLO) == {SLI.AVAILABILITY: False}
-    assert classify(record(Outcome.ABORTED, ttft_s=None, tokens=0), SLO) == {}
+    assert classify(record(Outcome.ERROR, ttft_s=None, tokens=0), SLO) == {SLI.AVAILABILITY: False}
+    assert classify(record(Outcome.ABORT, ttft_s=None, tokens=0), SLO) == {}
 
 
 class Clock:
