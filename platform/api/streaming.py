@@ -53,8 +53,11 @@ def response_headers(generation: Generation) -> dict[str, str]:
         "x-vigil-replica": generation.replica,  # the worker that runs it
         "Cache-Control": "no-cache",
     }
-    if generation.fallback_from is not None:
-        headers["x-vigil-fallback-from"] = generation.fallback_from
+    route = generation.route
+    if route.fallback_from is not None:
+        headers["x-vigil-fallback-from"] = route.fallback_from
+    if route.skipped is not None:
+        headers["x-vigil-fallback-skipped"] = route.skipped
     return headers
 
 

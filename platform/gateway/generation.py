@@ -27,6 +27,7 @@ from vigil.engine.request import (
     FinishEvent,
     FinishReason,
     GenerationRequest,
+    Priority,
     RequestClock,
     RequestId,
 )
@@ -56,6 +57,14 @@ from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica
 from vigil.platform.slo.actions import ActionBoard
 from vigil.platform.worker.protocol import stats_of
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How a request got to the deployment that serves it."""
+
+    fallback_from: str | None = None  # the deployment asked for, after a fallback
+    skipped: str | None = None  # a fallback that was called for and not taken, and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,20 +112,7 @@ class GenerationService:
             )
         check_prompt_size(params.prompt, self.max_prompt_chars, params.prompt_param)
         priority = principal.priority
-        place = await self._place(spec, params)
-        actions = self.actions.get(spec.name)
-        admission = decide(priority, len(place.prompt_ids), place.load, spec, actions=actions)
-        fallback_from = None
-        if admission.verdict is Verdict.FALLBACK:
-            assert spec.fallback is not None
-            self._record(place, admission)
-            fallback = self.view.deployment(spec.fallback.deployment)
-            if self.view.is_ready(fallback):  # a fallback still loading is no help
-                fallback_from, place = spec.name, await self._place(fallback, params)
-            admission = decide(
-                priority, len(place.prompt_ids), place.load, place.spec, allow_fallback=False
-            )
-        self._record(place, admission)
+        place, admission, route = await self._admit(spec, params, priority)
         if admission.verdict is Verdict.SHED:
             raise shed_error(place.spec, admission)
         if params.min_tokens > place.max_tokens:
@@ -136,7 +132,34 @@ class GenerationService:
         )
         lease, events = await self._dispatch(place, request, admission.predicted_ttft_s)
         served_by = f"{place.version.model}/{place.version.version}"
-        return Generation(lease, request, events, served_by, fallback_from)
+        return Generation(lease, request, events, served_by, route)
+
+    async def _admit(
+        self, spec: DeploymentSpec, params: GenerationParams, priority: Priority
+    ) -> tuple[_Placement, Admission, Route]:
+        """Placed and decided on the deployment; on a fallback verdict, on the fallback
+        deployment instead, when it is ready and the request fits its limits (else the
+        request stays, and the response says why)."""
+        place = await self._place(spec, params)
+        actions = self.actions.get(spec.name)
+        admission = decide(priority, len(place.prompt_ids), place.load, spec, actions=actions)
+        route = Route()
+        if admission.verdict is Verdict.FALLBACK:
+            assert spec.fallback is not None
+            self._record(place, admission)
+            fallback = self.view.deployment(spec.fallback.deployment)
+            if not self.view.is_ready(fallback):  # a fallback still loading is no help
+                route = Route(skipped=f"{fallback.name}: not ready")
+            else:
+                try:
+                    place, route = await self._place(fallback, params), Route(spec.name)
+                except InvalidRequest as exc:
+                    route = Route(skipped=f"{fallback.name}: {exc.code or 'does not fit'}")
+            admission = decide(
+                priority, len(place.prompt_ids), place.load, place.spec, allow_fallback=False
+            )
+        self._record(place, admission)
+        return place, admission, route
 
     async def _dispatch(
         self, place: _Placement, request: GenerationRequest, predicted_ttft_s: float | None
@@ -273,12 +296,12 @@ class Generation:
         request: GenerationRequest,
         events: Events,
         served_by: str,
-        fallback_from: str | None,
+        route: Route,
     ) -> None:
         self.lease = lease
         self.request = request
         self.served_by = served_by  # model/version
-        self.fallback_from = fallback_from  # the deployment asked for, after a fallback
+        self.route = route
         self._events = events
         weakref.finalize(self, lease.close)
 

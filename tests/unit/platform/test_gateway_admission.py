@@ -356,3 +356,17 @@ async def test_with_keys_the_console_needs_a_users_credentials(
     await gateway.services.plane.users.create("watcher", "a long enough password", actor="test")
     signed_in = await client.get("/console/", auth=("watcher", "a long enough password"))
     assert signed_in.status_code == 200 and "console" in signed_in.text.lower()
+
+
+async def test_a_request_that_does_not_fit_the_fallback_stays_and_says_so(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    first = await held(client, gateway, "app", chat("chat"), on=STABLE)
+    await asyncio.sleep(0.35)  # the fallback is called for, but chat-lite caps max_tokens at 16
+    stays = await held(client, gateway, "app", chat("chat", max_tokens=40), on=STABLE)
+    engine(gateway, STABLE).release()
+    r = await stays
+    assert r.status_code == 200, r.text  # not a 400 from the fallback's limits
+    assert r.json()["model"] == "chat" and "x-vigil-fallback-from" not in r.headers
+    assert r.headers["x-vigil-fallback-skipped"] == "chat-lite: context_length_exceeded"
+    assert (await first).status_code == 200
