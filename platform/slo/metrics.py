@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vigil.platform.slo.tracker import SLOTracker
@@ -30,6 +30,25 @@ class SLOCollector(Collector):
             "lasts exactly the SLO window). Absent for a window without requests.",
             labels=["deployment", "sli", "window"],
         )
+        events = CounterMetricFamily(
+            "vigil_slo_events",
+            "Requests counted toward each SLI, good or bad (the rules in ops/prometheus "
+            "compute burn rates from these).",
+            labels=["deployment", "sli", "result"],
+        )
+        goal = GaugeMetricFamily(
+            "vigil_slo_objective_ratio",
+            "The share of an SLI's requests that must be good (0.99 for a p99 target).",
+            labels=["deployment", "sli"],
+        )
+        objectives: dict[tuple[str, str], float] = {}
+        for name, sli, good, n, objective in self._tracker.events():
+            events.add_metric([name, sli.value, "good" if good else "bad"], n)
+            objectives[(name, sli.value)] = objective
+        for labels, objective in objectives.items():
+            goal.add_metric(list(labels), objective)
+        yield events
+        yield goal
         for name in self._tracker.deployments():
             status = self._tracker.status(name)
             if status is None:

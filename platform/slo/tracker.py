@@ -54,8 +54,10 @@ class _Deployment:
         self.rules = scaled_rules(slo.window_s)
         self.windows_s = [slo.window_s, *(s for r in self.rules for _, s in r.windows)]
         self.counts: dict[tuple[str, SLI], WindowSet] = {}
+        self.events: dict[tuple[SLI, bool], int] = {}  # ever, for Prometheus's own windows
 
     def add(self, version: str, sli: SLI, good: bool, now_ts: float) -> None:
+        self.events[(sli, good)] = self.events.get((sli, good), 0) + 1
         for key in ((version, sli), (ALL_VERSIONS, sli)):
             counts = self.counts.get(key)
             if counts is None:
@@ -92,6 +94,15 @@ class SLOTracker:
 
     def deployments(self) -> list[str]:
         return list(self._deployments)
+
+    def events(self) -> list[tuple[str, SLI, bool, int, float]]:
+        """(deployment, SLI, good, count since start, objective): what Prometheus needs
+        to compute the same burn rates over its own windows."""
+        return [
+            (name, sli, good, n, objective(sli, d.slo))
+            for name, d in self._deployments.items()
+            for (sli, good), n in d.events.items()
+        ]
 
     def status(self, deployment: str) -> DeploymentSLO | None:
         d = self._deployments.get(deployment)

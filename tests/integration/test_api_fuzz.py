@@ -68,6 +68,9 @@ ADMIN_READS = [
     "GET /api/admin/replicas",
     "GET /api/admin/slo",
     "GET /api/admin/slo/{name}",
+    "GET /api/admin/alerts",
+    "GET /api/admin/decisions",
+    "GET /api/admin/webhooks/{name}/deliveries",
     "GET /api/admin/keys",
     "GET /api/admin/users",
 ]
@@ -84,6 +87,7 @@ ADMIN_WRITES = [
     "POST /api/admin/webhooks",
     "PATCH /api/admin/webhooks/{name}",
     "DELETE /api/admin/webhooks/{name}",
+    "POST /api/admin/webhooks/{name}/test",
     "POST /api/admin/keys",
     "POST /api/admin/keys/{name}/revoke",
     "POST /api/admin/users",

@@ -212,3 +212,14 @@ async def _all_due_now(plane: ControlPlane, undeliver: bool = False) -> None:
         if undeliver:
             values["delivered_at"] = None
         await session.execute(update(OutboxMessage).values(**values))
+
+
+def test_the_readmes_verification_snippet_accepts_a_delivery_and_refuses_a_forgery() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    snippet = readme.split("A receiver checks it so:\n\n```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)  # the README's own code, as a receiver would paste it
+    body = b'{"status": "firing"}'
+    header = signature(SECRET, int(time.time()), body)
+    assert scope["verified"](SECRET, header, body)
+    assert not scope["verified"](SECRET, header, body + b" ")
