@@ -43,6 +43,7 @@ if [[ $TEST == 1 ]]; then
   missing=()
   [[ -x /usr/bin/chromium ]] || missing+=(chromium)
   command -v promtool >/dev/null || missing+=(prometheus)
+  [[ -x /usr/bin/prometheus-alertmanager ]] || missing+=(prometheus-alertmanager)
   if (( ${#missing[@]} )); then
     SUDO=""
     [[ $(id -u) == 0 ]] || SUDO="sudo"

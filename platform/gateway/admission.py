@@ -158,6 +158,8 @@ def shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
         Reason.SLO_TTFT: f"the predicted time to first token ({predicted or 0:.1f} s) would "
         f"miss its target ({spec.slo.ttft_p99_s:.1f} s)",
         Reason.SLO_TOKENS_PER_S: f"streams would fall below {spec.slo.min_tokens_per_s:g} tokens/s",
+        Reason.SLO_BURN: "it is spending its error budget too fast, and batch traffic waits "
+        "until it recovers",
     }[admission.reason]
     retry = admission.retry_after_s or 1
     return RateLimited(

@@ -8,7 +8,10 @@ about it, each step recorded as a decision with the numbers that caused it.
   still on `hold_s` later and the deployment has a fallback, new interactive requests
   go to it. Once the burn has stopped for `hold_s`, the fallback is switched off, and
   after another `hold_s`, batch shedding (hysteresis, so one quiet second changes
-  nothing).
+  nothing). A page starts the actions; once they are on, the burn goes on as long as
+  the fast page rule's long window (1 h of 30 days) is over its threshold. The short
+  window is what resolves an alert fast, and under shedding it is often empty: that is
+  no evidence the burn stopped.
 - Canary: a canary whose bad share of some SLI is worse than its stable version's by
   more than the SLO's rollback_margin, once both have served rollback_min_requests in
   the window, is rolled back by `system`.
@@ -75,6 +78,17 @@ def hold_s(window_s: float) -> float:
 
 def paging(status: DeploymentSLO) -> list[SLIStatus]:
     return [s for sli, s in status.slis.items() if sli in ALERTING and s.severity is Severity.PAGE]
+
+
+def burning_long(status: DeploymentSLO) -> list[SLIStatus]:
+    """The SLIs whose burn over the fast page rule's long window is over its threshold."""
+    fast = scaled_rules(status.slo.window_s)[0].rule
+
+    def over(s: SLIStatus) -> bool:
+        rate = s.burn_rates.get(fast.name)
+        return rate is not None and rate > fast.threshold
+
+    return [s for sli, s in status.slis.items() if sli in ALERTING and over(s)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +184,9 @@ class SLOLoop:
                     del self.firing[fp]
 
     async def _actions(self, spec: DeploymentSpec, status: DeploymentSLO, now: float) -> None:
-        burning = paging(status)
         state = self._states.get(spec.name, ActionState(changed_ts=now))
+        acting = state.actions != NO_ACTIONS
+        burning = burning_long(status) if acting else paging(status)
         new, change = plan_actions(
             state, bool(burning), spec.fallback is not None, now, hold_s(status.slo.window_s)
         )

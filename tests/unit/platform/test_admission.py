@@ -18,7 +18,16 @@ from vigil.platform.control.specs import (
     SLOTargets,
     VersionRef,
 )
-from vigil.platform.gateway.admission import LoadSnapshot, Reason, Verdict, decide, retry_after
+from vigil.platform.gateway.admission import (
+    Admission,
+    LoadSnapshot,
+    Reason,
+    Verdict,
+    decide,
+    retry_after,
+    shed_error,
+)
+from vigil.platform.slo.actions import SLOActions
 
 I, B = Priority.INTERACTIVE, Priority.BATCH  # noqa: E741  (short names keep tables legible)
 
@@ -153,3 +162,24 @@ def test_predictions_are_scaled_by_how_late_recent_first_tokens_came() -> None:
     a = decide(I, 100, late, SPEC)
     assert a.predicted_ttft_s == pytest.approx(2.2)
     assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TTFT)
+
+
+def test_while_the_slo_burns_batch_is_shed_and_interactive_falls_back() -> None:
+    spec = replace(SPEC, fallback=FallbackSpec("lite", FallbackTrigger.QUEUE_WAIT, 60.0))
+    idle = load()
+    shed = decide(B, 10, idle, spec, actions=SLOActions(shed_batch=True))
+    assert (shed.verdict, shed.reason) == (Verdict.SHED, Reason.SLO_BURN)
+    assert decide(I, 10, idle, spec, actions=SLOActions(shed_batch=True)).verdict is Verdict.ADMIT
+    moved = decide(I, 10, idle, spec, actions=SLOActions(True, fallback=True))
+    assert (moved.verdict, moved.reason) == (Verdict.FALLBACK, Reason.SLO_BURN)
+    stays = decide(I, 10, idle, spec, allow_fallback=False, actions=SLOActions(True, True))
+    assert stays.verdict is Verdict.ADMIT  # on the fallback deployment itself
+
+
+@pytest.mark.parametrize(
+    "reason", [r for r in Reason if r not in (Reason.OK, Reason.QUEUE_WAIT, Reason.PREDICTED_TTFT)]
+)
+def test_every_shed_reason_tells_the_client_why(reason: Reason) -> None:
+    error = shed_error(SPEC, Admission(Verdict.SHED, reason, 1.5, retry_after_s=3))
+    assert error.code == f"overloaded_{reason.value}" and error.retry_after_s == 3
+    assert SPEC.name in error.message

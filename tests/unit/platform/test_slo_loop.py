@@ -169,3 +169,31 @@ async def test_a_canary_worse_than_stable_is_rolled_back_by_the_system(
     [decision] = await plane.alerts.decisions(SMOLLM2, ["rollback"])
     assert decision.details["canary_requests"] == 20 and decision.details["stable_bad"] == 0.0
     assert decision.details["canary_bad"] == pytest.approx(0.3)
+
+
+async def test_an_empty_short_window_does_not_end_the_actions(plane: ControlPlane) -> None:
+    """Under shedding few requests are served: a short window with none in it is no
+    evidence the burn stopped, so the fallback still follows while the long window burns."""
+    clock = Clock()
+    tracker, board = SLOTracker(clock), ActionBoard()
+    spec = DeploymentSpec(
+        SMOLLM2, STABLE, slo=SLO, fallback=FallbackSpec("lite", FallbackTrigger.QUEUE_WAIT, 9.0)
+    )
+    tracker.set_targets({SMOLLM2: SLO})
+    loop = SLOLoop(tracker, board, plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock)
+    for _ in range(20):
+        tracker.record(served(STABLE.key, ttft_s=3.0))
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
+    clock.now_ts += 2.0
+    tracker.record(served(STABLE.key, ttft_s=3.0))
+    clock.now_ts += 3.5  # nothing served since: both page rules' short windows are empty
+    await loop.tick()  # and the hold has passed; the 5 s window still holds the burn
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True, fallback=True)
+    clock.now_ts += 5.0  # the long window has emptied: the burn is over
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
+    clock.now_ts += 5.0
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions()
