@@ -105,6 +105,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await services.generation.shadows.close()
             if local_workers is not None:
                 await local_workers.stop()
             await services.http.aclose()

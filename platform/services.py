@@ -27,6 +27,7 @@ from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
 from vigil.platform.gateway.readiness import VersionState, version_error, version_states
 from vigil.platform.gateway.router import Router
 from vigil.platform.gateway.serving import ServingView
+from vigil.platform.gateway.shadow import ShadowMirror
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
@@ -227,7 +228,14 @@ def build_services(
         tokenizers=tokenizers,
         loads=loads,
         generation=GenerationService(
-            view, tokenizers, router, loads, link, settings.max_prompt_chars, actions
+            view,
+            tokenizers,
+            router,
+            loads,
+            link,
+            settings.max_prompt_chars,
+            actions,
+            ShadowMirror(metrics),
         ),
         embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
@@ -239,7 +247,9 @@ def build_services(
         slos=slos,
         actions=actions,
         slo_loop=slo_loop,
-        delivery=WebhookDelivery(plane.outbox, http, settings.webhook_max_age_s),
+        delivery=WebhookDelivery(
+            plane.outbox, http, settings.webhook_max_age_s, wake=plane.outbox_written
+        ),
     )
 
 

@@ -21,12 +21,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def vigil_serve(*flags: str, workers: int = 1, timeout_s: float = 300) -> Iterator[str]:
+def vigil_serve(
+    *flags: str, workers: int = 1, timeout_s: float = 300, data_dir: Path | None = None
+) -> Iterator[str]:
     """The server's base URL once /readyz says ready and `workers` workers report their
     engines (the first ready one makes /readyz 200); the server is stopped on exit."""
     port = free_port()
     vigil = Path(sys.executable).with_name("vigil")
-    cmd = [str(vigil), "serve", "--port", str(port), "--data-dir", tempfile.mkdtemp()]
+    data = str(data_dir or tempfile.mkdtemp())
+    cmd = [str(vigil), "serve", "--port", str(port), "--data-dir", data]
     proc = subprocess.Popen([*cmd, "--workers", str(workers), "--log-level", "warning", *flags])
     base = f"http://127.0.0.1:{port}"
     try:

@@ -14,6 +14,7 @@ A URL whose host resolves to a link-local or cloud metadata address is never cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -94,11 +95,15 @@ class WebhookDelivery:
         client: httpx.AsyncClient,
         max_age_s: float,
         rng: random.Random | None = None,
+        wake: asyncio.Event | None = None,
     ) -> None:
+        """`wake`: set when a message is written, so it goes out at once; the poll
+        catches the rest (retries that come due, messages another gateway wrote)."""
         self.outbox = outbox
         self.client = client
         self.max_age_s = max_age_s
         self._rng = rng or random.Random()
+        self._wake = wake or asyncio.Event()
 
     async def run(self) -> None:
         while True:
@@ -106,7 +111,9 @@ class WebhookDelivery:
                 await self.send_due()
             except Exception:  # the next pass tries again; nothing is lost
                 log.exception("webhook delivery pass failed")
-            await asyncio.sleep(POLL_INTERVAL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_INTERVAL_S)
+            self._wake.clear()
 
     async def send_due(self) -> int:
         due = await self.outbox.due(datetime.now(UTC), BATCH)

@@ -9,6 +9,7 @@ logged and does not undo or fail the write.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,8 +63,13 @@ class ControlPlane:
         self.keys = ApiKeyService(sessions, self._changed)
         self.audit = AuditService(sessions)
         self.replicas = ReplicaService(sessions)
-        self.alerts = AlertService(sessions)  # alerts and decisions: not admin writes
-        self.outbox = OutboxService(sessions)  # webhook messages and their deliveries
+        # Set when a webhook message is owed, so the delivery loop need not wait its poll.
+        self.outbox_written = asyncio.Event()
+        self.alerts = AlertService(sessions, self._wake_delivery)  # alerts and decisions
+        self.outbox = OutboxService(sessions, self._wake_delivery)  # messages, deliveries
+
+    async def _wake_delivery(self) -> None:
+        self.outbox_written.set()
 
     def add_listener(self, callback: OnChange) -> None:
         self._listeners.append(callback)

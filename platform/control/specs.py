@@ -107,6 +107,10 @@ class DeploymentSpec:
     stable: VersionRef
     canary: VersionRef | None = None
     canary_weight: int = 0  # percent of requests that go to the canary, 0-100
+    # A version sent a mirrored copy of `shadow_weight` percent of the requests the
+    # deployment serves itself; its answers are discarded, its SLIs compared with stable's.
+    shadow: VersionRef | None = None
+    shadow_weight: int = 0
     max_prompt_tokens: int | None = None  # None: the model's context window
     max_tokens: int | None = None  # None: what the context window leaves
     limits: dict[Priority, ClassLimits] = field(default_factory=default_limits)
@@ -116,4 +120,5 @@ class DeploymentSpec:
 
     @property
     def versions(self) -> list[VersionRef]:
-        return [self.stable] if self.canary is None else [self.stable, self.canary]
+        """Every version the deployment runs: stable, canary, shadow."""
+        return [v for v in (self.stable, self.canary, self.shadow) if v is not None]

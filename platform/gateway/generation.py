@@ -11,12 +11,15 @@ engine, and its events back.
       -> a lease opened on the replica, the request sent there (another replica if it
          cannot be reached) -> Generation: the engine's events, each seen by the
          lease, which is closed however the request ends
+      -> for shadow_weight of the requests the deployment serves itself, a mirrored
+         copy to its shadow version (shadow.py)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -53,6 +56,8 @@ from vigil.platform.gateway.params import (
 )
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import ServingView, engine_key
+from vigil.platform.gateway.shadow import PRIORITY as SHADOW_PRIORITY
+from vigil.platform.gateway.shadow import Dropped, ShadowMirror
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica
 from vigil.platform.slo.actions import ActionBoard
@@ -90,6 +95,7 @@ class GenerationService:
         link: WorkerLink,
         max_prompt_chars: int,
         actions: ActionBoard,
+        shadows: ShadowMirror,
     ) -> None:
         self.view = view
         self.tokenizers = tokenizers
@@ -98,6 +104,7 @@ class GenerationService:
         self.link = link
         self.max_prompt_chars = max_prompt_chars
         self.actions = actions
+        self.shadows = shadows
 
     async def start(
         self, params: GenerationParams, principal: Principal, arrival_ts: float
@@ -131,8 +138,35 @@ class GenerationService:
             deadline_ts=arrival_ts + place.spec.limits[priority].max_queue_wait_s,
         )
         lease, events = await self._dispatch(place, request, admission.predicted_ttft_s)
+        if place.spec is spec and self.view.split.to_shadow(spec):
+            self.shadows.mirror(spec, params, self._shadow)
         served_by = f"{place.version.model}/{place.version.version}"
         return Generation(lease, request, events, served_by, route)
+
+    async def _shadow(self, spec: DeploymentSpec, params: GenerationParams) -> None:
+        """A mirrored copy of a request on the deployment's shadow version, read to its
+        end and thrown away; dropped when that version is not ready or its engine has
+        requests waiting (a mirror must never delay a client's request)."""
+        assert spec.shadow is not None
+        arrival_ts = time.monotonic()
+        if not self.view.workers.serving(engine_key(spec.shadow)):
+            self.shadows.dropped(spec, Dropped.NOT_READY)
+            return
+        place = await self._place(spec, params, spec.shadow)
+        if any(place.load.queued.values()):
+            self.shadows.dropped(spec, Dropped.BUSY)
+            return
+        request = GenerationRequest(
+            request_id=params.request_id,
+            prompt_ids=place.prompt_ids,
+            params=sampling(params, place.version, place.max_tokens),
+            priority=SHADOW_PRIORITY,
+            clock=RequestClock(arrival_ts),
+            deadline_ts=arrival_ts + spec.limits[SHADOW_PRIORITY].max_queue_wait_s,
+        )
+        lease, events = await self._dispatch(place, request, None, shadow=True)
+        served_by = f"{place.version.model}/{place.version.version}"
+        await Generation(lease, request, events, served_by, Route()).collect()
 
     async def _admit(
         self, spec: DeploymentSpec, params: GenerationParams, priority: Priority
@@ -162,7 +196,11 @@ class GenerationService:
         return place, admission, route
 
     async def _dispatch(
-        self, place: _Placement, request: GenerationRequest, predicted_ttft_s: float | None
+        self,
+        place: _Placement,
+        request: GenerationRequest,
+        predicted_ttft_s: float | None,
+        shadow: bool = False,
     ) -> tuple[Lease, Events]:
         """Send the request to the chosen replica; one that cannot be reached becomes a
         suspect and the next choice among the engine's other replicas gets it."""
@@ -178,6 +216,7 @@ class GenerationService:
                 len(request.prompt_ids),
                 request.clock,
                 predicted_ttft_s,
+                shadow,
             )
             try:
                 return lease, await self.link.open(replica, place.key, request)
@@ -201,8 +240,11 @@ class GenerationService:
         chosen = self.router.choose(key, loads, prefix_key(ids))
         return next(r for r in replicas if r.id == chosen.replica)
 
-    async def _place(self, spec: DeploymentSpec, params: GenerationParams) -> _Placement:
-        version = self.view.choose_version(spec)
+    async def _place(
+        self, spec: DeploymentSpec, params: GenerationParams, version: VersionRef | None = None
+    ) -> _Placement:
+        """On `version`, or the one the canary split picks."""
+        version = version or self.view.choose_version(spec)
         tokenizer = self.tokenizers.require(version)
         # The longest context any engine of this version offers bounds the prompt.
         ceiling = max(

@@ -29,7 +29,7 @@ from vigil.engine.request import (
     TokenEvent,
 )
 from vigil.platform.gateway.admission import LoadSnapshot
-from vigil.platform.telemetry.recorder import Outcome, RequestRecord, RequestRecorder
+from vigil.platform.telemetry.recorder import Outcome, RequestRecord, RequestRecorder, shadow_label
 
 START_WINDOW_S = 10.0  # how far back the rate at which queued requests start is measured
 # TTFT correction: the largest ratio actual / predicted among the last TTFT_SAMPLES
@@ -68,6 +68,7 @@ class Lease:
     clock: RequestClock  # the request's own; arrival_ts is its arrival at the gateway
     book: LoadBook
     predicted_ttft_s: float | None = None  # admission's prediction, when it had one
+    shadow: bool = False  # a mirrored copy (gateway/shadow.py)
     state: LeaseState = LeaseState.QUEUED
     num_output_tokens: int = 0
 
@@ -79,8 +80,9 @@ class Lease:
             self.book.started(self)
         if isinstance(event, TokenEvent):
             n = len(event.token_ids)
+            label = shadow_label(self.deployment) if self.shadow else self.deployment
             self.book.recorder.output_tokens(
-                self.deployment, self.version, n, event.token_ts, self.clock
+                label, self.version, n, event.token_ts, self.clock, self.shadow
             )
             if self.clock.first_token_ts is None:
                 self.clock.first_token_ts = event.token_ts
@@ -116,6 +118,7 @@ class Lease:
             num_prompt,
             self.num_output_tokens,
             self.clock,
+            self.shadow,
         )
         self.book.recorder.ended(record)
 
@@ -154,6 +157,7 @@ class LoadBook:
         num_prompt_tokens: int,
         clock: RequestClock,
         predicted_ttft_s: float | None = None,
+        shadow: bool = False,
     ) -> Lease:
         lease = Lease(
             request_id,
@@ -166,6 +170,7 @@ class LoadBook:
             clock,
             self,
             predicted_ttft_s,
+            shadow,
         )
         engine = self._engines.setdefault(engine_key, _Engine())
         assert request_id not in engine.open, f"request id {request_id} is already open"

@@ -42,19 +42,25 @@ def engine_slots(deployments: list[DeploymentSpec], embed: list[VersionRef]) -> 
     return list(slots.values())
 
 
-class CanarySplit:
-    """Sends exactly `weight` of every 100 requests to the canary, spread evenly
-    (smooth weighted round robin), so a 10% canary gets 10% of any 100 in a row."""
+class TrafficSplit:
+    """Picks exactly `weight` of every 100 requests, spread evenly (smooth weighted round
+    robin): a 10% canary gets 10% of any 100 in a row, and so does a 10% shadow's mirror."""
 
     def __init__(self) -> None:
-        self._credit: dict[str, int] = {}
+        self._credit: dict[tuple[str, str], int] = {}  # (deployment, canary|shadow) -> credit
 
     def to_canary(self, spec: DeploymentSpec) -> bool:
-        if spec.canary is None or spec.canary_weight <= 0:
+        return spec.canary is not None and self._pick((spec.name, "canary"), spec.canary_weight)
+
+    def to_shadow(self, spec: DeploymentSpec) -> bool:
+        return spec.shadow is not None and self._pick((spec.name, "shadow"), spec.shadow_weight)
+
+    def _pick(self, key: tuple[str, str], weight: int) -> bool:
+        if weight <= 0:
             return False
-        credit = self._credit.get(spec.name, 0) + spec.canary_weight
+        credit = self._credit.get(key, 0) + weight
         hit = credit >= 100
-        self._credit[spec.name] = credit - 100 if hit else credit
+        self._credit[key] = credit - 100 if hit else credit
         return hit
 
 
@@ -64,7 +70,7 @@ class ServingView:
         self.created_ts = time.time()  # wall clock, for /v1/models
         self.deployments: dict[str, DeploymentSpec] = {}
         self.embed = {v.model: v for v in embed}
-        self.canary = CanarySplit()
+        self.split = TrafficSplit()
         self._serving: dict[str, VersionRef] = {}  # deployment -> the stable now serving
 
     def set_deployments(self, deployments: list[DeploymentSpec]) -> None:
@@ -149,7 +155,7 @@ class ServingView:
         """The canary for its share of requests while it is ready, else the stable now
         serving."""
         canary = spec.canary
-        if canary is not None and self.workers.serving(canary.key) and self.canary.to_canary(spec):
+        if canary is not None and self.workers.serving(canary.key) and self.split.to_canary(spec):
             return canary
         return self.serving(spec)
 

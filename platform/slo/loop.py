@@ -15,6 +15,8 @@ about it, each step recorded as a decision with the numbers that caused it.
 - Canary: a canary whose bad share of some SLI is worse than its stable version's by
   more than the SLO's rollback_margin, once both have served rollback_min_requests in
   the window, is rolled back by `system`.
+- Shadow: a shadow version is judged the same way; no client sees its answers, so a
+  worse one is not rolled back but recorded, once, as a decision for its operator.
 The deciders are pure functions of plain data; `SLOLoop` holds the clock and the writes.
 """
 
@@ -100,12 +102,12 @@ class RollbackCase:
     stable_total: int
 
 
-def canary_verdict(status: DeploymentSLO, stable: str, canary: str) -> RollbackCase | None:
-    """The first SLI on which the canary is worse than stable by more than the margin,
-    with enough requests on both to say so."""
+def canary_verdict(status: DeploymentSLO, stable: str, candidate: str) -> RollbackCase | None:
+    """The first SLI on which the candidate (a canary or a shadow) is worse than stable by
+    more than the margin, with enough requests on both to say so."""
     slo = status.slo
     for sli in ALERTING:
-        c = status.versions.get(canary, {}).get(sli, (0, 0))
+        c = status.versions.get(candidate, {}).get(sli, (0, 0))
         s = status.versions.get(stable, {}).get(sli, (0, 0))
         if min(c[1], s[1]) < slo.rollback_min_requests:
             continue
@@ -145,6 +147,7 @@ class SLOLoop:
         self._clock = clock
         self.firing: dict[str, str] = {}  # fingerprint -> severity, of alerts firing now
         self._states: dict[str, ActionState] = {}
+        self._shadows_judged: dict[str, str] = {}  # deployment -> shadow found worse
 
     async def start(self) -> None:
         """Pick up the alerts still firing from before a restart."""
@@ -158,6 +161,7 @@ class SLOLoop:
                 await self._alerts(status)
                 await self._actions(spec, status, now)
                 await self._canary(spec, status)
+                await self._shadow(spec, status)
 
     async def _alerts(self, status: DeploymentSLO) -> None:
         name = status.deployment
@@ -238,4 +242,30 @@ class SLOLoop:
         await self.plane.alerts.decide(
             spec.name, "rollback", "rolled_back", reason, details, WebhookEvent.CANARY_ROLLBACK
         )
+        log.warning("%s", reason)
+
+    async def _shadow(self, spec: DeploymentSpec, status: DeploymentSLO) -> None:
+        shadow = spec.shadow
+        if shadow is None or self._shadows_judged.get(spec.name) == shadow.key:
+            return
+        case = canary_verdict(status, self._serving(spec), shadow.key)
+        if case is None:
+            return
+        self._shadows_judged[spec.name] = shadow.key
+        reason = (
+            f"{spec.name}: shadow {shadow.key} is worse than stable: {case.canary_bad:.1%} of "
+            f"its mirrored requests missed the {case.sli.value} SLO against "
+            f"{case.stable_bad:.1%} on stable (margin {status.slo.rollback_margin:.1%}); "
+            "it would be rolled back as a canary"
+        )
+        details = {
+            "sli": case.sli.value,
+            "shadow": shadow.key,
+            "shadow_bad": round(case.canary_bad, 4),
+            "shadow_requests": case.canary_total,
+            "stable_bad": round(case.stable_bad, 4),
+            "stable_requests": case.stable_total,
+            "margin": status.slo.rollback_margin,
+        }
+        await self.plane.alerts.decide(spec.name, "shadow", "worse", reason, details)
         log.warning("%s", reason)

@@ -56,12 +56,19 @@ class _Deployment:
         self.counts: dict[tuple[str, SLI], WindowSet] = {}
         self.events: dict[tuple[SLI, bool], int] = {}  # ever, for Prometheus's own windows
 
-    def add(self, version: str, sli: SLI, good: bool, now_ts: float) -> None:
-        self.events[(sli, good)] = self.events.get((sli, good), 0) + 1
-        for key in ((version, sli), (ALL_VERSIONS, sli)):
+    def add(self, version: str, sli: SLI, good: bool, now_ts: float, shadow: bool = False) -> None:
+        """Every version together over every window the rules read; each version alone
+        over the SLO's window only (canary and shadow verdicts read no other). A shadow's
+        events count under its version only: no client saw them."""
+        keys = [(version, sli)]
+        if not shadow:
+            self.events[(sli, good)] = self.events.get((sli, good), 0) + 1
+            keys.append((ALL_VERSIONS, sli))
+        for key in keys:
             counts = self.counts.get(key)
             if counts is None:
-                counts = self.counts[key] = WindowSet(self.windows_s)
+                windows = self.windows_s if key[0] == ALL_VERSIONS else [self.slo.window_s]
+                counts = self.counts[key] = WindowSet(windows)
             counts.add(now_ts, good)
 
 
@@ -85,7 +92,7 @@ class SLOTracker:
             return
         now = self._clock()
         for sli, good in classify(record, d.slo).items():
-            d.add(record.version, sli, good, now)
+            d.add(record.version, sli, good, now, record.shadow)
 
     def admission(self, deployment: str, version: str, admitted: bool) -> None:
         d = self._deployments.get(deployment)

@@ -164,6 +164,14 @@ class Metrics:
             [*labels, "outcome"],
             registry=registry,
         )
+        self.shadow_dropped = Counter(
+            "vigil_shadow_dropped",
+            "Mirrored requests to a shadow version not sent, or failed there, by why: busy, "
+            "not_ready, failed. Those sent are in vigil_requests_total under the "
+            "`<deployment>:shadow` label.",
+            [*labels, "why"],
+            registry=registry,
+        )
         build = Info("vigil_build", "The running Vigil and what it runs on.", registry=registry)
         build.info(_build_info())
 

@@ -39,6 +39,18 @@ class RequestRecord:
     num_prompt_tokens: int  # as the engine counted them; 0 if it never reported
     num_output_tokens: int
     clock: RequestClock  # arrival_ts at the gateway; finished_ts set
+    shadow: bool = False  # a mirrored copy whose answer was discarded (gateway/shadow.py)
+
+    @property
+    def label(self) -> str:
+        """The deployment label of its metrics: a shadow's are kept apart."""
+        return shadow_label(self.deployment) if self.shadow else self.deployment
+
+
+def shadow_label(deployment: str) -> str:
+    """The `deployment` label of a deployment's shadow traffic, so no sum over the
+    deployment's own series counts requests no client saw."""
+    return f"{deployment}:shadow"
 
 
 class RecordSink(Protocol):
@@ -72,24 +84,29 @@ class RequestRecorder:
         num_tokens: int,
         token_ts: float,
         clock: RequestClock,
+        shadow: bool = False,
     ) -> None:
         """Tokens that just arrived at `token_ts`; `clock` is the request's, before this
-        arrival is written to it (so its last token is the previous one)."""
+        arrival is written to it (so its last token is the previous one). `deployment`:
+        the metrics label (shadow_label's for a shadow, which the live series skip)."""
         m = self.metrics
         m.generation_tokens.labels(deployment, version).inc(num_tokens)
-        self.live.add_tokens(num_tokens)
+        if not shadow:
+            self.live.add_tokens(num_tokens)
         if clock.last_token_ts is None:
             ttft_s = token_ts - clock.arrival_ts
             m.ttft.labels(deployment, version).observe(ttft_s)
-            self.live.add_ttft(ttft_s, token_ts)
+            if not shadow:
+                self.live.add_ttft(ttft_s, token_ts)
         else:
             m.itl.labels(deployment, version).observe(token_ts - clock.last_token_ts)
 
     def ended(self, record: RequestRecord) -> None:
         m, clock = self.metrics, record.clock
-        d = (record.deployment, record.version)
+        d = (record.label, record.version)
         m.requests.labels(*d, record.outcome.value).inc()
-        self.live.add_request()
+        if not record.shadow:
+            self.live.add_request()
         if self.sink is not None:
             self.sink.record(record)
         if record.outcome is Outcome.ABORT:

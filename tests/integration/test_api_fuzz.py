@@ -82,6 +82,8 @@ ADMIN_WRITES = [
     "PATCH /api/admin/deployments/{name}",
     "PUT /api/admin/deployments/{name}/slo",
     "POST /api/admin/deployments/{name}/canary",
+    "PUT /api/admin/deployments/{name}/shadow",
+    "DELETE /api/admin/deployments/{name}/shadow",
     "POST /api/admin/deployments/{name}/promote",
     "POST /api/admin/deployments/{name}/rollback",
     "POST /api/admin/webhooks",

@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Annotated, Any
 
-from litestar import Controller, get, patch, post, put
+from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody
 from msgspec import UNSET, Meta, Struct, UnsetType, structs
 
@@ -99,6 +99,13 @@ class CanaryIn(In):
     revision: Revision | None = None  # when given, a stale one gets 409
 
 
+class ShadowIn(In):
+    version: VersionName
+    weight: Percent  # percent of the requests mirrored to it
+    model: Name | None = None  # default: the stable version's model
+    revision: Revision | None = None  # when given, a stale one gets 409
+
+
 class ActionIn(In):
     revision: Revision | None = None  # when given, a stale one gets 409
 
@@ -114,6 +121,8 @@ class DeploymentOut(Struct, kw_only=True):
     stable: VersionKeyOut
     canary: VersionKeyOut | None
     canary_weight: int
+    shadow: VersionKeyOut | None
+    shadow_weight: int
     max_prompt_tokens: int | None
     max_tokens: int | None
     limits: LimitsBody
@@ -133,6 +142,8 @@ def deployment_out(r: DeploymentRecord) -> DeploymentOut:
         stable=_key_out(spec.stable),
         canary=_key_out(spec.canary) if spec.canary is not None else None,
         canary_weight=spec.canary_weight,
+        shadow=_key_out(spec.shadow) if spec.shadow is not None else None,
+        shadow_weight=spec.shadow_weight,
         max_prompt_tokens=spec.max_prompt_tokens,
         max_tokens=spec.max_tokens,
         limits=LimitsBody(**{p.label: ClassLimitsBody(**asdict(spec.limits[p])) for p in Priority}),
@@ -247,6 +258,36 @@ class DeploymentController(Controller):
             name, VersionKey(model, data.version), data.weight, revision=data.revision, actor=actor
         )
         return deployment_out(record)
+
+    @put(
+        "/{name:str}/shadow",
+        summary="Mirror a share of the requests to a shadow version",
+        description="The shadow's answers are discarded; its requests run at the lowest "
+        "priority and are dropped first under load; its SLIs are compared with the stable "
+        "version's (GET /api/admin/slo/{name}).",
+        opt=OPERATOR,
+        responses=WRITE_ERRORS,
+    )
+    async def set_shadow(
+        self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[ShadowIn]
+    ) -> DeploymentOut:
+        model = data.model
+        if model is None:
+            model = (await plane.deployments.get(name)).spec.stable.model
+        record = await plane.deployments.set_shadow(
+            name, VersionKey(model, data.version), data.weight, revision=data.revision, actor=actor
+        )
+        return deployment_out(record)
+
+    @delete(
+        "/{name:str}/shadow",
+        summary="Stop mirroring requests to the shadow version",
+        opt=OPERATOR,
+        status_code=200,
+        responses=write_responses(404, 409),
+    )
+    async def clear_shadow(self, plane: Plane, actor: Actor, name: FromPath[str]) -> DeploymentOut:
+        return deployment_out(await plane.deployments.clear_shadow(name, actor=actor))
 
     @post(
         "/{name:str}/promote",

@@ -43,6 +43,8 @@ class AlertService(Service):
             session.add(_decision_row(deployment, "alert", "fired", summary, details))
             targets = await subscribers(session, WebhookEvent.SLO_BURN)
             enqueue(session, targets, WebhookEvent.SLO_BURN.value, record.message())
+        if targets:
+            await self._on_change()  # messages owed: the delivery loop sends them now
         return record
 
     async def resolve(self, alert_fingerprint: str, details: dict[str, Any]) -> AlertRecord | None:
@@ -61,6 +63,8 @@ class AlertService(Service):
             session.add(_decision_row(row.deployment, "alert", "resolved", reason, details))
             targets = await subscribers(session, WebhookEvent.SLO_RECOVERED)
             enqueue(session, targets, WebhookEvent.SLO_RECOVERED.value, record.message())
+        if targets:
+            await self._on_change()
         return record
 
     async def firing(self) -> list[AlertRecord]:
@@ -91,9 +95,11 @@ class AlertService(Service):
             session.add(row)
             await session.flush()
             record = DecisionRecord.of(row)
+            targets = await subscribers(session, event) if event is not None else []
             if event is not None:
-                targets = await subscribers(session, event)
                 enqueue(session, targets, event.value, record.message(ongoing))
+        if targets:
+            await self._on_change()
         return record
 
     async def decisions(

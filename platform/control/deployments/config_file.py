@@ -13,6 +13,7 @@ declared as TOML, checked with errors that name the entry to fix.
     model = "smollm2-135m-instruct"
     version = "warm"                 # default: the bundled version
     canary = { version = "...", weight = 10 }
+    shadow = { version = "...", weight = 20 }   # mirrored requests, answers discarded
     ...
 """
 
@@ -120,6 +121,12 @@ def _spec(
             weight = int(entry["canary"].get("weight", 0))
             if not 0 <= weight <= 100:
                 raise ValueError(f"canary weight {weight} is not between 0 and 100")
+        shadow, shadow_weight = None, 0
+        if "shadow" in entry:
+            shadow = _lookup(versions, model, str(entry["shadow"]["version"]), where)
+            shadow_weight = int(entry["shadow"].get("weight", 0))
+            if not 0 <= shadow_weight <= 100:
+                raise ValueError(f"shadow weight {shadow_weight} is not between 0 and 100")
         limits = default_limits()
         for priority in Priority:
             if priority.label in entry:
@@ -140,6 +147,8 @@ def _spec(
             stable=stable,
             canary=canary,
             canary_weight=weight,
+            shadow=shadow,
+            shadow_weight=shadow_weight,
             max_prompt_tokens=entry.get("max_prompt_tokens"),
             max_tokens=entry.get("max_tokens"),
             limits=limits,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -46,9 +46,9 @@ def limits_of(stored: Mapping[str, Any]) -> dict[Priority, ClassLimits]:
     }
 
 
-def store(row: Deployment, draft: DeploymentDraft, stable_id: int, canary_id: int | None) -> None:
-    row.stable_version_id, row.canary_version_id = stable_id, canary_id
-    row.canary_weight = draft.canary_weight
+def store(row: Deployment, draft: DeploymentDraft, ids: VersionIds) -> None:
+    row.stable_version_id, row.canary_version_id, row.shadow_version_id = ids
+    row.canary_weight, row.shadow_weight = draft.canary_weight, draft.shadow_weight
     row.max_prompt_tokens, row.max_tokens = draft.max_prompt_tokens, draft.max_tokens
     row.limits = limits_json(draft.limits)
     fb = draft.fallback
@@ -78,12 +78,14 @@ def record_of(
         pool = LongPromptPool(
             row.long_prompt_min_tokens, row.long_prompt_max_queue, row.long_prompt_max_num_seqs
         )
-    canary_id = row.canary_version_id
+    canary_id, shadow_id = row.canary_version_id, row.shadow_version_id
     spec = DeploymentSpec(
         name=row.name,
         stable=version_ref(versions[row.stable_version_id]),
         canary=version_ref(versions[canary_id]) if canary_id is not None else None,
         canary_weight=row.canary_weight,
+        shadow=version_ref(versions[shadow_id]) if shadow_id is not None else None,
+        shadow_weight=row.shadow_weight,
         max_prompt_tokens=row.max_prompt_tokens,
         max_tokens=row.max_tokens,
         limits=limits_of(row.limits),
@@ -103,6 +105,8 @@ def snapshot(name: str, draft: DeploymentDraft, revision: int | None) -> dict[st
         "stable": str(draft.stable),
         "canary": str(draft.canary) if draft.canary is not None else None,
         "canary_weight": draft.canary_weight,
+        "shadow": str(draft.shadow) if draft.shadow is not None else None,
+        "shadow_weight": draft.shadow_weight,
         "max_prompt_tokens": draft.max_prompt_tokens,
         "max_tokens": draft.max_tokens,
         "limits": limits_json(draft.limits),
@@ -111,25 +115,39 @@ def snapshot(name: str, draft: DeploymentDraft, revision: int | None) -> dict[st
     }
 
 
+class VersionIds(NamedTuple):
+    stable: int
+    canary: int | None
+    shadow: int | None
+
+
 async def check_draft(
     session: AsyncSession, name: str, draft: DeploymentDraft, deployment_names: set[str]
-) -> tuple[ModelVersion, ModelVersion | None]:
-    """The stable and canary version rows, once the draft passes every rule; else an
-    InvalidRequest that names the field to fix. `deployment_names`: those a fallback
-    may name."""
+) -> VersionIds:
+    """The ids of the stable, canary and shadow versions, once the draft passes every
+    rule; else an InvalidRequest that names the field to fix. `deployment_names`: those a
+    fallback may name."""
     stable = await _servable(session, draft.stable, "stable")
-    canary = None
+    canary = shadow = None
     if draft.canary is not None:
         canary = await _servable(session, draft.canary, "canary")
         if canary.id == stable.id:
             raise _invalid(f"{draft.canary} is already the stable version", "canary.version")
-    if not 0 <= draft.canary_weight <= 100:
-        raise _invalid(
-            f"canary weight must be a percentage from 0 to 100, got {draft.canary_weight}",
-            "canary.weight",
-        )
-    if draft.canary is None and draft.canary_weight != 0:
-        raise _invalid("a canary weight needs a canary version", "canary.weight")
+    if draft.shadow is not None:
+        shadow = await _servable(session, draft.shadow, "shadow")
+        if shadow.id in (stable.id, canary.id if canary else None):
+            role = "stable" if shadow.id == stable.id else "canary"
+            raise _invalid(f"{draft.shadow} is already the {role} version", "shadow.version")
+    for role, version, weight in (
+        ("canary", draft.canary, draft.canary_weight),
+        ("shadow", draft.shadow, draft.shadow_weight),
+    ):
+        if not 0 <= weight <= 100:
+            raise _invalid(
+                f"{role} weight must be a percentage from 0 to 100, got {weight}", f"{role}.weight"
+            )
+        if version is None and weight != 0:
+            raise _invalid(f"a {role} weight needs a {role} version", f"{role}.weight")
     for field_name in ("max_prompt_tokens", "max_tokens"):
         cap = getattr(draft, field_name)
         if cap is not None and cap < 1:
@@ -144,7 +162,7 @@ async def check_draft(
             "long_prompt_pool needs min_prompt_tokens, max_queue and max_num_seqs of at least 1",
             "long_prompt_pool",
         )
-    return stable, canary
+    return VersionIds(stable.id, canary.id if canary else None, shadow.id if shadow else None)
 
 
 async def _servable(session: AsyncSession, key: VersionKey, role: str) -> ModelVersion:
@@ -155,20 +173,24 @@ async def _servable(session: AsyncSession, key: VersionKey, role: str) -> ModelV
         listed = ", ".join(known) if known else "none (is the model registered?)"
         raise _invalid(
             f"the {role} version {key} is not registered; versions of {key.model!r}: {listed}",
-            "version" if role == "stable" else "canary.version",
+            _version_param(role),
             code="version_not_found",
         )
     if row.kind != ModelKind.GENERATE:
         raise _invalid(
             f"{key} is a {row.kind} model; deployments serve generation models only",
-            "version" if role == "stable" else "canary.version",
+            _version_param(role),
         )
     if row.status == VersionStatus.RETIRED:
         raise _invalid(
             f"{key} is retired; register a new version instead",
-            "version" if role == "stable" else "canary.version",
+            _version_param(role),
         )
     return row
+
+
+def _version_param(role: str) -> str:
+    return "version" if role == "stable" else f"{role}.version"
 
 
 def _check_limits(limits: Mapping[Priority, ClassLimits]) -> None:

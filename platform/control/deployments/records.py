@@ -37,6 +37,8 @@ class DeploymentDraft:
     stable: VersionKey
     canary: VersionKey | None = None
     canary_weight: int = 0  # percent of requests that go to the canary, 0-100
+    shadow: VersionKey | None = None
+    shadow_weight: int = 0  # percent of requests mirrored to the shadow, 0-100
     max_prompt_tokens: int | None = None
     max_tokens: int | None = None
     limits: Mapping[Priority, ClassLimits] = field(default_factory=default_limits)
@@ -65,6 +67,8 @@ def draft_of(spec: DeploymentSpec) -> DeploymentDraft:
         stable=VersionKey.of(spec.stable),
         canary=VersionKey.of(spec.canary) if spec.canary is not None else None,
         canary_weight=spec.canary_weight,
+        shadow=VersionKey.of(spec.shadow) if spec.shadow is not None else None,
+        shadow_weight=spec.shadow_weight,
         max_prompt_tokens=spec.max_prompt_tokens,
         max_tokens=spec.max_tokens,
         limits=dict(spec.limits),

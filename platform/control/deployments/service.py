@@ -37,8 +37,11 @@ Edit = Callable[[DeploymentDraft], DeploymentDraft]
 
 
 async def load_records(session: AsyncSession, rows: Sequence[Deployment]) -> list[DeploymentRecord]:
-    version_ids = {r.stable_version_id for r in rows} | {
-        r.canary_version_id for r in rows if r.canary_version_id is not None
+    version_ids = {
+        i
+        for r in rows
+        for i in (r.stable_version_id, r.canary_version_id, r.shadow_version_id)
+        if i is not None
     }
     versions = await ModelVersionRepository(session).by_ids(version_ids)
     slos = await DeploymentRepository(session).slos({r.id for r in rows})
@@ -57,10 +60,10 @@ async def create_deployment(
     repo = DeploymentRepository(session)
     if await repo.get(name) is not None:
         raise _exists(name)
-    stable, canary = await check_draft(session, name, draft, deployment_names)
+    ids = await check_draft(session, name, draft, deployment_names)
     check_slo(slo)
     row = Deployment(name=name)
-    store(row, draft, stable.id, canary.id if canary else None)
+    store(row, draft, ids)
     repo.add(row)
     await session.flush()  # assigns the id and revision 1
     slo_row = SLO(deployment_id=row.id)
@@ -88,9 +91,9 @@ async def change_deployment(
     draft = edit(current.draft)
     if draft == current.draft:
         return None
-    stable, canary = await check_draft(session, row.name, draft, deployment_names)
+    ids = await check_draft(session, row.name, draft, deployment_names)
     before = snapshot(row.name, current.draft, row.revision)
-    store(row, draft, stable.id, canary.id if canary else None)
+    store(row, draft, ids)
     await session.flush()  # UPDATE ... WHERE revision = <read>; bumps it
     after = snapshot(row.name, draft, row.revision)
     if reason is not None:
@@ -180,6 +183,33 @@ class DeploymentService(Service):
         edit = _canary_edit(name, "shift traffic to", lambda d, _: replace(d, canary_weight=weight))
         return await self._change(
             name, revision, edit, actor, "deployment.canary_weight", takes_traffic=_weighted_canary
+        )
+
+    async def set_shadow(
+        self,
+        name: str,
+        version: VersionKey,
+        weight: int,
+        *,
+        revision: int | None = None,
+        actor: str,
+    ) -> DeploymentRecord:
+        """Mirror `weight` percent of the requests to `version` (the shadow). No client
+        sees its answers, so it needs no worker ready: it is mirrored to once it is."""
+
+        def edit(d: DeploymentDraft) -> DeploymentDraft:
+            return replace(d, shadow=version, shadow_weight=weight)
+
+        return await self._change(name, revision, edit, actor, "deployment.shadow")
+
+    async def clear_shadow(
+        self, name: str, *, revision: int | None = None, actor: str, reason: str | None = None
+    ) -> DeploymentRecord:
+        def edit(d: DeploymentDraft) -> DeploymentDraft:
+            return replace(d, shadow=None, shadow_weight=0)
+
+        return await self._change(
+            name, revision, edit, actor, "deployment.shadow_clear", reason=reason
         )
 
     async def promote(

@@ -26,6 +26,11 @@ class Deployment(Base):
         ForeignKey("model_versions.id"), default=None
     )
     canary_weight: Mapped[int] = mapped_column(Integer, default=0)  # percent, 0-100
+    # A version that gets a mirrored share of the requests; its answers are discarded.
+    shadow_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("model_versions.id"), default=None
+    )
+    shadow_weight: Mapped[int] = mapped_column(Integer, default=0)  # percent mirrored
     max_prompt_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     max_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     # {"interactive": {"max_queue", "max_queue_wait_s"}, "batch": {...}}

@@ -165,7 +165,8 @@ class OutboxService(Service):
                 delivery_id=str(uuid.uuid4()), webhook_id=row.id, event=TEST_EVENT, payload=alert
             )
             session.add(message)
-            return message.delivery_id
+        await self._on_change()
+        return message.delivery_id
 
     async def log(self, webhook: str, limit: int = 100) -> list[AttemptRecord]:
         """The webhook's delivery attempts, newest first."""

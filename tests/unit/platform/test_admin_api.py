@@ -609,3 +609,27 @@ async def test_guessed_passwords_lock_the_username_with_429_and_an_audit_entry(
     [entry] = [e for e in entries if e.action == "sign_in.locked_out"]
     assert entry.actor == "system"
     assert entry.after == {"username": "root", "failures": 10}
+
+
+async def test_an_operator_sets_and_clears_a_shadow_and_the_audit_log_says_so(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    await plane.versions.register_version(SMOLLM2, "next", f"bundled:{SMOLLM2}", actor="ops")
+    path = f"{DEPLOYMENT}/shadow"
+
+    async def put(body: dict[str, Any], headers: dict[str, str] = OPS) -> httpx.Response:
+        return await client.put(path, headers=headers, json=body)
+
+    r = await put({"version": "next", "weight": 20})  # no worker needs it ready
+    assert r.status_code == 200, r.text
+    assert r.json()["shadow"] == {"model": SMOLLM2, "version": "next"}
+    assert r.json()["shadow_weight"] == 20
+    same = error_of(await put({"version": BUNDLED.version, "weight": 5}))
+    assert same["param"] == "shadow.version" and "already the stable version" in same["message"]
+    assert error_of(await put({"version": "nope", "weight": 5}))["code"] == "version_not_found"
+    assert (await put({"version": "next", "weight": 101})).status_code == 400
+    assert (await put({"version": "next", "weight": 5}, headers=EVE)).status_code == 403
+    cleared = await client.delete(path, headers=OPS)
+    assert cleared.status_code == 200 and cleared.json()["shadow"] is None
+    audit = (await client.get("/api/admin/audit", headers=OPS)).json()
+    assert {"deployment.shadow", "deployment.shadow_clear"} <= {e["action"] for e in audit}

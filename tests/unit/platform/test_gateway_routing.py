@@ -90,7 +90,7 @@ async def test_a_burst_is_spread_by_the_requests_in_flight(
     gateway: Gateway, client: httpx.AsyncClient
 ) -> None:
     # Stable only: a canary turn would take one of the burst elsewhere.
-    gateway.services.view.canary._credit["chat"] = -1000
+    gateway.services.view.split._credit[("chat", "canary")] = -1000
     try:
         engines = [scripted(gateway, w, STABLE) for w in ("w1", "w2")]
 
@@ -110,7 +110,7 @@ async def test_a_burst_is_spread_by_the_requests_in_flight(
         release_all(gateway)
         responses = await asyncio.gather(*tasks, more)
     finally:
-        gateway.services.view.canary._credit["chat"] = 0
+        gateway.services.view.split._credit[("chat", "canary")] = 0
     assert {r.status_code for r in responses} == {200}
 
 

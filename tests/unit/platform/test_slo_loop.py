@@ -28,6 +28,7 @@ from vigil.platform.control.specs import (
 )
 from vigil.platform.slo.actions import ActionBoard, SLOActions
 from vigil.platform.slo.loop import ActionState, Change, SLOLoop, plan_actions
+from vigil.platform.slo.sli import SLI
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.recorder import Outcome, RequestRecord
 
@@ -197,3 +198,29 @@ async def test_an_empty_short_window_does_not_end_the_actions(plane: ControlPlan
     clock.now_ts += 5.0
     await loop.tick()
     assert board.get(SMOLLM2) == SLOActions()
+
+
+async def test_a_shadow_worse_than_stable_is_reported_once_and_left_running(
+    plane: ControlPlane,
+) -> None:
+    shadow = replace(STABLE, version="next")
+    spec = DeploymentSpec(SMOLLM2, STABLE, slo=SLO, shadow=shadow, shadow_weight=50)
+    clock = Clock()
+    tracker = SLOTracker(clock)
+    tracker.set_targets({SMOLLM2: SLO})
+    loop = SLOLoop(
+        tracker, ActionBoard(), plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock
+    )
+    for _ in range(40):
+        tracker.record(served(STABLE.key, ttft_s=0.5))
+    for i in range(20):  # a quarter of its first tokens late
+        tracker.record(replace(served(shadow.key, ttft_s=3.0 if i % 4 == 0 else 0.5), shadow=True))
+    status = tracker.status(SMOLLM2)
+    assert status is not None and status.slis[SLI.TTFT].total == 40  # clients' requests only
+    await loop.tick()
+    await loop.tick()
+    [decision] = await plane.alerts.decisions(SMOLLM2, ["shadow"])
+    assert decision.decision == "worse" and decision.details["shadow"] == shadow.key
+    assert decision.details["shadow_bad"] == pytest.approx(0.25)
+    assert decision.details["shadow_requests"] == 20
+    assert not await plane.alerts.firing()  # a shadow's misses page nobody

@@ -19,7 +19,7 @@ import pytest
 from fakes import serving
 from litestar import Litestar, Request, Response, post
 
-from vigil.platform.alerts.delivery import WebhookDelivery, backoff_s, render
+from vigil.platform.alerts.delivery import POLL_INTERVAL_S, WebhookDelivery, backoff_s, render
 from vigil.platform.alerts.signing import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
@@ -223,3 +223,22 @@ def test_the_readmes_verification_snippet_accepts_a_delivery_and_refuses_a_forge
     header = signature(SECRET, int(time.time()), body)
     assert scope["verified"](SECRET, header, body)
     assert not scope["verified"](SECRET, header, body + b" ")
+
+
+async def test_a_message_goes_out_when_written_not_at_the_next_poll(plane: ControlPlane) -> None:
+    receiver = Receiver()
+    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+        await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, wake=plane.outbox_written)
+        loop = asyncio.create_task(delivery.run())
+        try:
+            await asyncio.sleep(0.2)  # the first pass is done: the loop waits on its poll
+            t0 = time.monotonic()
+            await plane.alerts.fire("chat", "ttft", "page", "chat burns", {})
+            for _ in range(400):
+                if receiver.received:
+                    break
+                await asyncio.sleep(0.005)
+            assert receiver.received and time.monotonic() - t0 < POLL_INTERVAL_S / 2
+        finally:
+            loop.cancel()
