@@ -1,6 +1,7 @@
-"""Webhook delivery from the outbox to a real HTTP receiver on 127.0.0.1: Alertmanager's
-payload, signed, retried with back-off while the receiver is down, each delivery id
-arriving once after de-duplication, nothing lost when the deliverer starts afresh."""
+"""Webhook delivery from the outbox (SQLite and PostgreSQL) to a real HTTP receiver on
+127.0.0.1: Alertmanager's payload, signed, retried with back-off while the receiver is
+down, each delivery id arriving once after de-duplication, nothing lost when the
+deliverer starts afresh."""
 
 from __future__ import annotations
 
@@ -60,9 +61,17 @@ class Receiver:
         return Litestar([hook])
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The outbox must hold on both databases Vigil runs on."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"sqlite+aiosqlite:///{tmp_path / 'vigil.db'}"
+
+
 @pytest.fixture
-async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'vigil.db'}"
+async def plane(database_url: str) -> AsyncIterator[ControlPlane]:
+    url = database_url
     await asyncio.to_thread(migrate, url)
     engine = create_engine(url)
     yield ControlPlane(session_factory(engine))
