@@ -320,6 +320,8 @@ class FakeWorkers:
                     event.num_output_tokens,
                     clock,
                     event.error,
+                    event.num_cached_prompt_tokens,
+                    event.num_prefill_chunks,
                 )
                 return
         finally:

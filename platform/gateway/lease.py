@@ -124,7 +124,7 @@ class Lease:
         )
         self.book.recorder.ended(record, self._exemplar)
         if self.context is not None:
-            self.context.ended(record, queued_ts=None)
+            self.context.ended(record, finish)
 
     @property
     def _exemplar(self) -> dict[str, str] | None:

@@ -161,6 +161,8 @@ def _finish(event: FinishWire, request: GenerationRequest) -> FinishEvent:
         event.num_output_tokens,
         clock,
         event.error,
+        event.cached_prompt_tokens,
+        event.prefill_chunks,
     )
 
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vigil.engine.request import FinishEvent
 from vigil.platform.telemetry.recorder import Outcome, RequestRecord
 from vigil.platform.telemetry.tracing import RequestTrace
 
@@ -42,8 +43,9 @@ class RequestContext:
     def note(self, **fields: Any) -> None:
         self.fields.update(fields)
 
-    def ended(self, record: RequestRecord, queued_ts: float | None) -> None:
-        """The request's end at the engine: its numbers, and the trace's engine phases."""
+    def ended(self, record: RequestRecord, finish: FinishEvent | None) -> None:
+        """The request's end at the engine (`finish`: None when its client left first):
+        its numbers, and the trace's engine phases."""
         clock = record.clock
         ttft = clock.ttft_s
         self.note(
@@ -63,7 +65,8 @@ class RequestContext:
                 }
             )
             self.trace.ended(
-                queued_ts=queued_ts,
+                cached_prompt_tokens=finish.num_cached_prompt_tokens if finish else None,
+                prefill_chunks=finish.num_prefill_chunks if finish else None,
                 scheduled_ts=clock.scheduled_ts,
                 first_token_ts=clock.first_token_ts,
                 finished_ts=clock.finished_ts or time.monotonic(),

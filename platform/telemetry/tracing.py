@@ -317,7 +317,8 @@ class RequestTrace:
     def ended(
         self,
         *,
-        queued_ts: float | None,
+        cached_prompt_tokens: int | None,
+        prefill_chunks: int | None,
         scheduled_ts: float | None,
         first_token_ts: float | None,
         finished_ts: float,
@@ -330,15 +331,20 @@ class RequestTrace:
         hop = self._hop
         if hop is None:
             return
-        start = queued_ts if queued_ts is not None else hop.arrival_ts
-        phases = []
+        keep = {KEEP: True} if self.keep else {}
+        prefill: dict[str, Any] = {}
+        if cached_prompt_tokens is not None:
+            prefill["vigil.cached_prompt_tokens"] = cached_prompt_tokens
+        if prefill_chunks is not None:
+            prefill["vigil.prefill_chunks"] = prefill_chunks
+        phases: list[tuple[str, float, float, dict[str, Any]]] = []
         if scheduled_ts is not None:
-            phases.append(("queue", start, scheduled_ts))
+            phases.append(("queue", hop.arrival_ts, scheduled_ts, {}))
             if first_token_ts is not None:
-                phases.append(("prefill", scheduled_ts, first_token_ts))
-                phases.append(("decode", first_token_ts, finished_ts))
-        for name, a, b in phases:
-            self._child(name, hop.span, a, b, **({KEEP: True} if self.keep else {}))
+                phases.append(("prefill", scheduled_ts, first_token_ts, prefill))
+                phases.append(("decode", first_token_ts, finished_ts, {}))
+        for name, a, b, attrs in phases:
+            self._child(name, hop.span, a, b, **attrs, **keep)
         if failed:
             hop.span.set_status(Status(StatusCode.ERROR))
         if self.keep:

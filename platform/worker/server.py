@@ -141,6 +141,8 @@ def _finish_wire(event: FinishEvent) -> FinishWire:
         event.num_output_tokens,
         event.clock.queue_time_s,
         event.error,
+        event.num_cached_prompt_tokens,
+        event.num_prefill_chunks,
     )
 
 

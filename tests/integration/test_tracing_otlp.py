@@ -145,6 +145,8 @@ def test_one_trace_crosses_gateway_and_worker_and_a_dead_receiver_costs_nothing(
         assert worker["attributes"]["gen_ai.usage.output_tokens"] == 4
         phases = [spans[n] for n in ("queue", "prefill", "decode")]
         assert all(p["parent"] == hop["span_id"] for p in phases)
+        prefill = spans["prefill"]["attributes"]
+        assert prefill["vigil.prefill_chunks"] == 1 and prefill["vigil.cached_prompt_tokens"] >= 0
         phases_ns = sum(p["end"] - p["start"] for p in phases)
         assert abs(phases_ns - (hop["end"] - hop["start"])) < 5e6  # within 5 ms
         assert hop["end"] <= server_span["end"] and server_span["start"] <= hop["start"]
