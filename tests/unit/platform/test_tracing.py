@@ -16,7 +16,7 @@ from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.platform.control.access.records import Role
-from vigil.platform.control.specs import bundled_version
+from vigil.platform.control.specs import SLOTargets, bundled_version
 from vigil.platform.settings import TraceSettings
 from vigil.platform.telemetry.context import ContextFilter, JsonFormatter
 from vigil.platform.telemetry.tracing import TRACE_HEADER
@@ -164,3 +164,19 @@ async def test_latency_histograms_carry_the_trace_as_an_exemplar(gateway: Gatewa
     ttft = [line for line in text.splitlines() if line.startswith("vigil_time_to_first_token")]
     assert any(exemplar in line for line in ttft)
     assert "trace_id" not in plain
+
+
+async def test_a_request_over_its_slo_is_kept_when_the_sampler_would_drop_it(
+    tmp_path, smollm2_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(0.0)) as gateway:
+        await operator(gateway)
+        slo = SLOTargets(ttft_p99_s=1e-6)  # every first token is late
+        await gateway.services.plane.deployments.set_slo(SMOLLM2, slo, actor="ops")
+        async with client_of(gateway) as client:
+            r = await client.post("/v1/chat/completions", json=CHAT)
+            assert r.status_code == 200
+            spans = await trace_of(client, r.headers[TRACE_HEADER])
+    assert {"queue", "prefill", "decode"} <= {s["name"] for s in spans}
