@@ -136,6 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", help="text (default) or json: one object per line  [VIGIL_LOG_FORMAT]"
     )
     serve.add_argument(
+        "--drain-delay",
+        type=float,
+        help="on SIGTERM, seconds /readyz fails while new requests are still taken, so load "
+        "balancers stop sending them (5)  [VIGIL_DRAIN_DELAY]",
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="then, seconds running requests and streams may take to finish (60)  "
+        "[VIGIL_DRAIN_TIMEOUT]",
+    )
+    serve.add_argument(
         "--otlp-endpoint",
         help="send request traces over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318 "
         "(workers too)  [OTEL_EXPORTER_OTLP_ENDPOINT]",
@@ -178,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--log-level", help="debug, info (default), warning")
     worker.add_argument("--log-format", help="text (default) or json  [VIGIL_LOG_FORMAT]")
+    worker.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="on SIGTERM, seconds running requests may take to finish (60)  [VIGIL_DRAIN_TIMEOUT]",
+    )
     worker.add_argument(
         "--otlp-endpoint",
         help="send this worker's spans over OTLP/HTTP  [OTEL_EXPORTER_OTLP_ENDPOINT]",
@@ -397,6 +414,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from vigil.platform.app import create_app
     from vigil.platform.control.migrate import migrate
+    from vigil.platform.lifecycle import DrainingServer
     from vigil.platform.services import build_services
     from vigil.platform.settings import engine_env, trace_env
     from vigil.platform.telemetry.context import configure_logging
@@ -419,7 +437,8 @@ def _serve(args: argparse.Namespace) -> int:
             **trace_env(settings.tracing),
         }
         local = LocalWorkers(settings.workers, f"http://{host}:{settings.port}", env)
-    app = create_app(build_services(settings, token), local)
+    services = build_services(settings, token)
+    app = create_app(services, local)
     if settings.auth == "open":
         log.warning(
             "auth is open: /v1 takes requests without an API key. That is allowed on a "
@@ -435,9 +454,14 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=int(settings.drain_timeout_s),
     )
-    uvicorn.Server(config).run()
+
+    async def drain() -> None:
+        services.draining = True  # /readyz fails from now on
+        await asyncio.sleep(settings.drain_delay_s)
+
+    DrainingServer(config, drain).run()
     return 0
 
 

@@ -78,6 +78,7 @@ class Services:
     slo_loop: SLOLoop
     delivery: WebhookDelivery
     tracing: Tracing | None  # None: tracing off
+    draining: bool = False  # SIGTERM: /readyz fails while running requests finish
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
     _kept_from: set[str] = field(default_factory=set)  # failed stables served around
     _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write

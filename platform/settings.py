@@ -86,6 +86,10 @@ class ServeSettings:
     # none given: the data dir's models/.
     model_dirs: tuple[Path, ...] = ()
     log_format: str = "text"  # text | json (one object per line)
+    # On SIGTERM: /readyz fails at once, new requests are taken for drain_delay_s more
+    # (load balancers notice), then running ones get up to drain_timeout_s to finish.
+    drain_delay_s: float = 5.0
+    drain_timeout_s: float = 60.0
     tracing: TraceSettings = field(default_factory=lambda: TraceSettings())
 
     @property
@@ -259,6 +263,14 @@ def serve_settings(
         ),
         redis_url=_redis_url(_pick(flags.get("redis_url"), env, "REDIS_URL") or ""),
         log_format=_log_format(_pick(flags.get("log_format"), env, "LOG_FORMAT") or "text"),
+        drain_delay_s=_float(
+            _pick(flags.get("drain_delay"), env, "DRAIN_DELAY"), "drain delay", d.drain_delay_s
+        ),
+        drain_timeout_s=_float(
+            _pick(flags.get("drain_timeout"), env, "DRAIN_TIMEOUT"),
+            "drain timeout",
+            d.drain_timeout_s,
+        ),
         tracing=trace_settings(flags, env),
         max_prompt_chars=_int(
             _pick(flags.get("max_prompt_chars"), env, "MAX_PROMPT_CHARS"),
@@ -337,6 +349,7 @@ class WorkerSettings:
     log_format: str = "text"
     engine: EngineSettings = field(default_factory=EngineSettings)
     tracing: TraceSettings = field(default_factory=lambda: TraceSettings())
+    drain_timeout_s: float = 60.0  # on SIGTERM, how long running requests may take
 
 
 def worker_settings(
@@ -364,6 +377,9 @@ def worker_settings(
         log_format=_log_format(_pick(flags.get("log_format"), env, "LOG_FORMAT") or "text"),
         engine=engine_settings(flags, env),
         tracing=trace_settings(flags, env),
+        drain_timeout_s=_float(
+            _pick(flags.get("drain_timeout"), env, "DRAIN_TIMEOUT"), "drain timeout", 60.0
+        ),
     )
 
 

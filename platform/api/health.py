@@ -23,7 +23,7 @@ class Liveness(Struct):
 
 
 class Readiness(Struct, omit_defaults=True):
-    status: Literal["ready", "loading"]
+    status: Literal["ready", "loading", "draining"]
     versions: dict[str, str]  # model@version -> loading, ready or failed
     progress: dict[str, float] | None = None  # model@version -> 0-1, while loading
 
@@ -40,7 +40,8 @@ async def healthz() -> Liveness:
     responses={
         503: ResponseSpec(
             Readiness,
-            description="A deployment's serving version is still loading or failed to load.",
+            description="A deployment's serving version is still loading or failed to load, "
+            "or the gateway is draining before it stops (SIGTERM).",
             generate_examples=False,
         )
     },
@@ -55,7 +56,10 @@ async def readyz(services: Services) -> Response[Readiness]:
     progress = {key: round(p, 3) for key, p in version_progress(view, states).items()}
     ready = serving_ready(view, states)
     versions = {key: state.value for key, state in states.items()}
-    body = Readiness("ready" if ready else "loading", versions, progress or None)
+    status: Literal["ready", "loading", "draining"] = "ready" if ready else "loading"
+    if services.draining:  # stopping: send new requests elsewhere
+        status, ready = "draining", False
+    body = Readiness(status, versions, progress or None)
     return Response(body, status_code=200 if ready else 503)
 
 

@@ -156,10 +156,27 @@ class WorkerRuntime:
         self._weights: dict[tuple[str, str | None, torch.dtype], LanguageModel] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}  # by version key
         self._lock = asyncio.Lock()
+        self.stopping = False  # draining everything before the process stops
+
+    def drain_all(self) -> None:
+        """Stop taking requests on every engine; the running ones go on. Assignments are
+        ignored from now on."""
+        self.stopping = True
+        for key, slot in self.slots.items():
+            if slot.state is not SlotState.DRAINING:
+                log.info("draining %s", key)
+                slot.state = SlotState.DRAINING
+        self.stop_drained()
+
+    def busy(self) -> bool:
+        """Requests still in flight on some engine."""
+        return any(s.in_flight > 0 for s in self.slots.values())
 
     def reconcile(self, desired: list[EngineSlot]) -> None:
         """Start loading new slots; drain the ones no longer assigned. A failed slot is
         not retried until its assignment changes."""
+        if self.stopping:
+            return
         wanted = {s.key: s for s in desired}
         for key, slot in self.slots.items():
             if key not in wanted:

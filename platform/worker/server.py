@@ -37,6 +37,7 @@ from vigil.engine.request import (
 )
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable, Unauthorized
+from vigil.platform.lifecycle import DrainingServer
 from vigil.platform.settings import WorkerSettings
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.telemetry.tracing import WorkerSpans
@@ -65,6 +66,7 @@ from vigil.platform.worker.runtime import (
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
+DRAIN_POLL_S = 0.1
 PARENT_CHECK_S = 1.0
 
 
@@ -235,6 +237,9 @@ class GatewayLink:
                 return
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
+    async def beat(self) -> None:
+        await self._beat()
+
     async def _beat(self) -> None:
         if not self.registered:
             body = RegisterRequest(
@@ -279,9 +284,21 @@ def run_worker(settings: WorkerSettings) -> None:
     spans = WorkerSpans.of(settings.tracing, settings.worker_id, metrics.spans_dropped)
     app = build_worker_app(runtime, settings.token, registry, spans)
     link = GatewayLink(settings, runtime, address)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=5)
-    )
+
+    async def drain() -> None:
+        """Tell the gateway at once (its heartbeat shows every engine draining, so no new
+        request comes), then wait for the running ones, up to the bound."""
+        runtime.drain_all()
+        with contextlib.suppress(httpx.HTTPError, msgspec.DecodeError):
+            await link.beat()
+        for _ in range(int(settings.drain_timeout_s / DRAIN_POLL_S)):
+            if not runtime.busy():
+                return
+            await asyncio.sleep(DRAIN_POLL_S)
+
+    timeout = int(settings.drain_timeout_s)
+    config = uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=timeout)
+    server = DrainingServer(config, drain)
 
     async def main() -> None:
         serving = asyncio.create_task(server.serve(sockets=[sock]))

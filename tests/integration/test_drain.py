@@ -1,0 +1,135 @@
+"""SIGTERM drains before it stops, on a real `vigil serve`: the gateway fails /readyz at
+once, finishes the 8 streams it is running and then refuses connections; a worker told
+to stop gets no new request (the gateway routes to the other) and finishes its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+MODEL = "smollm2-135m-instruct"
+TOKENS = 40
+
+
+def stream(url: str, out: list[dict[str, Any]], started: threading.Event) -> None:
+    """One streamed completion: its replica, its tokens, whether it ended with [DONE]."""
+    body = {
+        "model": MODEL,
+        "prompt": "The lighthouse keeper wrote",
+        "max_tokens": TOKENS,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    result: dict[str, Any] = {"chunks": 0, "done": False}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as r:
+        result["status"] = r.status_code
+        result["replica"] = r.headers.get("x-vigil-replica")
+        for line in r.iter_lines():
+            if line == "data: [DONE]":
+                result["done"] = True
+            elif line.startswith("data: {"):
+                result["chunks"] += 1
+                started.set()
+    out.append(result)
+
+
+def run_streams(url: str, n: int) -> tuple[list[threading.Thread], list[dict[str, Any]]]:
+    out: list[dict[str, Any]] = []
+    threads = []
+    for _ in range(n):
+        started = threading.Event()
+        t = threading.Thread(target=stream, args=(url, out, started), daemon=True)
+        t.start()
+        assert started.wait(120), "a stream did not start"
+        threads.append(t)
+    return threads, out
+
+
+def worker_pid(gateway_pid: int, worker_id: str) -> int:
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == gateway_pid and worker_id.encode() in cmdline:
+            return int(proc.name)
+    raise AssertionError(f"no worker {worker_id} under {gateway_pid}")
+
+
+def test_sigterm_on_the_gateway_finishes_its_streams_then_stops(
+    tmp_path_factory, launch_vigil
+) -> None:  # type: ignore[no-untyped-def]
+    data_dir = tmp_path_factory.mktemp("drain-gateway")
+    flags = ["--drain-delay", "1", "--drain-timeout", "60", "--max-num-seqs", "8"]
+    with launch_vigil(data_dir, *flags) as vigil:
+        url = vigil.base_url
+        threads, results = run_streams(url, 8)
+        os.kill(vigil.pid, signal.SIGTERM)
+        t0 = time.monotonic()
+        ready = httpx.get(f"{url}/readyz", timeout=5)
+        assert ready.status_code == 503 and ready.json()["status"] == "draining"
+        assert time.monotonic() - t0 < 1.0
+        for t in threads:
+            t.join(120)
+        assert len(results) == 8
+        assert all(r["status"] == 200 and r["done"] for r in results), results
+        assert all(r["chunks"] >= TOKENS for r in results), results
+        deadline = time.monotonic() + 30
+        while True:  # the listener is closed: nothing new lands here
+            try:
+                httpx.get(f"{url}/healthz", timeout=1)
+            except httpx.TransportError:
+                break
+            assert time.monotonic() < deadline, "the gateway kept taking connections"
+            time.sleep(0.2)
+
+
+def test_sigterm_on_a_worker_moves_new_requests_and_finishes_its_streams(
+    tmp_path_factory, launch_vigil
+) -> None:  # type: ignore[no-untyped-def]
+    data_dir = tmp_path_factory.mktemp("drain-worker")
+    with launch_vigil(data_dir, "--workers", "2", "--drain-timeout", "60") as vigil:
+        url = vigil.base_url
+        deadline = time.monotonic() + 120
+        while True:  # both workers ready
+            metrics = httpx.get(f"{url}/metrics", timeout=5).text
+            up = [
+                x
+                for x in metrics.splitlines()
+                if x.startswith("vigil_worker_up{") and x.endswith(" 1.0")
+            ]
+            if len(up) == 2:
+                break
+            assert time.monotonic() < deadline, "two workers did not come up"
+            time.sleep(0.5)
+        threads, results = run_streams(url, 4)
+        target = "local-1"
+        os.kill(worker_pid(vigil.pid, target), signal.SIGTERM)
+        time.sleep(0.5)  # its draining heartbeat
+        later = []
+        for _ in range(4):
+            r = httpx.post(
+                f"{url}/v1/completions",
+                json={"model": MODEL, "prompt": "Hi", "max_tokens": 2},
+                timeout=60,
+            )
+            assert r.status_code == 200, r.text
+            later.append(r.headers["x-vigil-replica"])
+        assert set(later) == {"local-0"}, later
+        for t in threads:
+            t.join(120)
+        assert len(results) == 4
+        assert all(r["status"] == 200 and r["done"] for r in results), results
+        assert target in {r["replica"] for r in results}  # it had streams, and finished them
