@@ -12,10 +12,15 @@ import logging
 import re
 from typing import Any
 
+from asyncpg.exceptions import (  # type: ignore[import-untyped]
+    CannotConnectNowError,
+    PostgresConnectionError,
+)
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
+from sqlalchemy import exc as sa_exc
 
 from vigil.platform.api.openai_schemas import ErrorBody, ErrorDetail
 from vigil.platform.errors import (
@@ -150,6 +155,26 @@ def _http_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     )
 
 
+DATABASE_RETRY_AFTER_S = 5
+
+
+def _database_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    """The control-plane database cannot be reached (restarting, unreachable): a 503 to
+    retry, not a 500. Nothing was committed by the request that got it."""
+    log.warning("control-plane database unavailable: %s", exc)
+    return Response(
+        error_body(
+            "The control-plane database is unavailable; nothing was changed. Retry in "
+            f"{DATABASE_RETRY_AFTER_S} s.",
+            "server_error",
+            None,
+            "database_unavailable",
+        ),
+        status_code=503,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )
+
+
 def _unexpected_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
     log.exception("unhandled error", exc_info=exc)
     return Response(
@@ -167,5 +192,11 @@ EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     VigilError: _vigil_error_handler,
     ValidationException: _validation_handler,
     HTTPException: _http_handler,
+    # The database gone: its connection refused or reset, asyncpg's or SQLAlchemy's word.
+    ConnectionError: _database_handler,
+    PostgresConnectionError: _database_handler,
+    CannotConnectNowError: _database_handler,
+    sa_exc.OperationalError: _database_handler,
+    sa_exc.InterfaceError: _database_handler,
     Exception: _unexpected_handler,
 }

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from litestar import Litestar, get
 from litestar.testing import AsyncTestClient
 
+from vigil.platform.api.admin import admin_router
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
+from vigil.platform.control.db import create_engine, session_factory
+from vigil.platform.control.plane import ControlPlane
 from vigil.platform.errors import (
     Conflict,
     EngineFailed,
@@ -20,6 +25,8 @@ from vigil.platform.errors import (
     Unauthorized,
     VigilError,
 )
+from vigil.platform.gateway.throttle import SignInThrottle
+from vigil.platform.slo.tracker import SLOTracker
 
 CASES: list[tuple[VigilError, int, str]] = [
     (InvalidRequest("bad", param="max_tokens", code="invalid_value"), 400, "invalid_request_error"),
@@ -74,3 +81,26 @@ async def test_unauthorized_names_the_credentials_to_send(scheme: str, challenge
     async with AsyncTestClient(_app(Unauthorized("who?", scheme=scheme))) as client:
         response = await client.get("/fail")
     assert response.headers["www-authenticate"] == challenge
+
+
+async def test_an_unreachable_database_answers_503_with_retry_after_not_500() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/vigil")
+    plane = ControlPlane(session_factory(engine))
+    app = Litestar(
+        [admin_router(plane, SignInThrottle(), SLOTracker())], exception_handlers=EXCEPTION_HANDLERS
+    )
+    async with AsyncTestClient(app) as client:
+        for method, path in (("GET", "deployments"), ("POST", "webhooks")):
+            r = await client.request(
+                method,
+                f"/api/admin/{path}/",
+                auth=("ops", "password"),
+                json={"name": "x", "url": "http://127.0.0.1:9/", "events": ["slo.burn"]},
+            )
+            assert r.status_code == 503, r.text
+            assert r.headers["retry-after"] == "5"
+            assert r.json()["error"]["code"] == "database_unavailable"
+    await engine.dispose()
