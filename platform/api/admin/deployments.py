@@ -23,6 +23,7 @@ from vigil.platform.control.deployments.records import (
     DeploymentRecord,
     VersionKey,
 )
+from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import (
     ClassLimits,
     FallbackSpec,
@@ -202,6 +203,15 @@ def _pool(body: LongPromptPoolBody | None) -> LongPromptPool | None:
     return LongPromptPool(**structs.asdict(body)) if body is not None else None
 
 
+async def _version_key(
+    plane: ControlPlane, name: str, model: str | None, version: str
+) -> VersionKey:
+    """The version named, of the stable version's model when the body names none."""
+    if model is None:
+        model = (await plane.deployments.get(name)).spec.stable.model
+    return VersionKey(model, version)
+
+
 def _revision(data: ActionIn | None) -> int | None:
     return data.revision if data is not None else None
 
@@ -251,11 +261,9 @@ class DeploymentController(Controller):
     async def set_canary(
         self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[CanaryIn]
     ) -> DeploymentOut:
-        model = data.model
-        if model is None:
-            model = (await plane.deployments.get(name)).spec.stable.model
+        key = await _version_key(plane, name, data.model, data.version)
         record = await plane.deployments.set_canary(
-            name, VersionKey(model, data.version), data.weight, revision=data.revision, actor=actor
+            name, key, data.weight, revision=data.revision, actor=actor
         )
         return deployment_out(record)
 
@@ -271,11 +279,9 @@ class DeploymentController(Controller):
     async def set_shadow(
         self, plane: Plane, actor: Actor, name: FromPath[str], data: JSONBody[ShadowIn]
     ) -> DeploymentOut:
-        model = data.model
-        if model is None:
-            model = (await plane.deployments.get(name)).spec.stable.model
+        key = await _version_key(plane, name, data.model, data.version)
         record = await plane.deployments.set_shadow(
-            name, VersionKey(model, data.version), data.weight, revision=data.revision, actor=actor
+            name, key, data.weight, revision=data.revision, actor=actor
         )
         return deployment_out(record)
 

@@ -109,24 +109,31 @@ def _lookup(
     return versions[(model, version)]
 
 
+def _weighted(
+    entry: dict[str, Any],
+    role: str,
+    versions: dict[tuple[str, str], VersionRef],
+    model: str,
+    where: str,
+) -> tuple[VersionRef | None, int]:
+    """`canary = { version, weight }` or `shadow = { ... }`: the version and its share."""
+    if role not in entry:
+        return None, 0
+    version = _lookup(versions, model, str(entry[role]["version"]), where)
+    weight = int(entry[role].get("weight", 0))
+    if not 0 <= weight <= 100:
+        raise ValueError(f"{role} weight {weight} is not between 0 and 100")
+    return version, weight
+
+
 def _spec(
     entry: dict[str, Any], versions: dict[tuple[str, str], VersionRef], where: str
 ) -> DeploymentSpec:
     try:
         model = str(entry.get("model", entry["name"]))
         stable = _lookup(versions, model, entry.get("version"), where)
-        canary, weight = None, 0
-        if "canary" in entry:
-            canary = _lookup(versions, model, str(entry["canary"]["version"]), where)
-            weight = int(entry["canary"].get("weight", 0))
-            if not 0 <= weight <= 100:
-                raise ValueError(f"canary weight {weight} is not between 0 and 100")
-        shadow, shadow_weight = None, 0
-        if "shadow" in entry:
-            shadow = _lookup(versions, model, str(entry["shadow"]["version"]), where)
-            shadow_weight = int(entry["shadow"].get("weight", 0))
-            if not 0 <= shadow_weight <= 100:
-                raise ValueError(f"shadow weight {shadow_weight} is not between 0 and 100")
+        canary, weight = _weighted(entry, "canary", versions, model, where)
+        shadow, shadow_weight = _weighted(entry, "shadow", versions, model, where)
         limits = default_limits()
         for priority in Priority:
             if priority.label in entry:
