@@ -66,6 +66,7 @@ ADMIN_READS = [
     "GET /api/admin/webhooks",
     "GET /api/admin/audit",
     "GET /api/admin/replicas",
+    "GET /api/admin/replicas/scrape-targets",
     "GET /api/admin/slo",
     "GET /api/admin/slo/{name}",
     "GET /api/admin/alerts",
