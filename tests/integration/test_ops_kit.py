@@ -15,6 +15,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,6 +170,28 @@ async def _load(gateway: str) -> dict[str, int]:
     return answers
 
 
+class TargetWatch:
+    """Polls the workers' scrape targets in a thread: a live worker must never drop out
+    of them (Prometheus would stop scraping it until it came back)."""
+
+    def __init__(self, gateway: str) -> None:
+        self.url = f"{gateway}/api/admin/replicas/scrape-targets"
+        self.counts: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            answer = httpx.get(self.url, auth=VIEWER, timeout=10).json()
+            self.counts.append(sum(len(entry["targets"]) for entry in answer))
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join()
+        return self.counts
+
+
 def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:
     r = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10)
     assert r.status_code == 200, (expr, r.text)
@@ -206,6 +229,7 @@ def _fill(expr: str, variables: dict[str, str], rate_interval: str) -> str:
 def test_every_dashboard_query_and_recording_rule_returns_data(served) -> None:  # type: ignore[no-untyped-def]
     gateway, prometheus = served
     started = time.monotonic()
+    watch = TargetWatch(gateway)
     _start_canary(gateway)
     load_started = time.monotonic()
     answers = asyncio.run(_load(gateway))
@@ -266,6 +290,9 @@ def test_every_dashboard_query_and_recording_rule_returns_data(served) -> None: 
         f"data; answers {answers}; canary ready in {load_started - started:.1f} s, load "
         f"and queries {time.monotonic() - load_started:.1f} s"
     )
+
+    seen = watch.stop()
+    assert len(seen) >= 10 and set(seen) == {1}, seen
 
     # promtool lints the gateway's exposition, and each worker's beside it.
     promtool = shutil.which("promtool")
