@@ -205,7 +205,14 @@ class LLMEngine:
         del self._outputs[rid]
         seq.request.clock.finished_ts = now
         return FinishEvent(
-            reason, text, seq.num_prompt_tokens, len(seq.output_ids), seq.request.clock, error
+            reason,
+            text,
+            seq.num_prompt_tokens,
+            len(seq.output_ids),
+            seq.request.clock,
+            error,
+            seq.num_cached_prompt_tokens,
+            seq.num_prefill_chunks,
         )
 
     def _fail(self, plan: StepPlan, message: str) -> list[tuple[RequestId, EngineEvent]]:

@@ -99,6 +99,8 @@ class FinishEvent:
     num_output_tokens: int
     clock: RequestClock
     error: str | None = None
+    num_cached_prompt_tokens: int = 0  # found in the prefix cache
+    num_prefill_chunks: int = 0  # steps the prompt was prefilled in
 
 
 EngineEvent = TokenEvent | FinishEvent

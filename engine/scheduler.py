@@ -123,6 +123,8 @@ class Scheduler:
         append the token it sampled, and name its newly filled blocks."""
         for item in plan.scheduled:
             seq = item.seq
+            if seq.num_computed_tokens < seq.num_prompt_tokens:
+                seq.num_prefill_chunks += 1
             seq.num_computed_tokens += item.num_new_tokens
             token = sampled.get(seq.request_id)
             if token is not None:
@@ -158,6 +160,8 @@ class Scheduler:
                     self.num_prefix_queried_tokens += seq.num_tokens
                     self.num_prefix_hit_tokens += num_computed
                 seq.block_ids = [*hits, *blocks]
+                if seq.num_prefill_chunks == 0:  # its first admission, not a resumption
+                    seq.num_cached_prompt_tokens = num_computed
                 seq.num_computed_tokens = num_computed
                 seq.status = SeqStatus.RUNNING
                 self.running.append(seq)

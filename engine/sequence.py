@@ -27,6 +27,10 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     # Prefix-cache names of this sequence's full blocks, in order, as far as known.
     block_hashes: list[BlockHash] = field(default_factory=list)
+    # For its trace: prompt tokens the prefix cache had at its first admission, and the
+    # steps its prompt was prefilled in (more than one when chunked or preempted).
+    num_cached_prompt_tokens: int = 0
+    num_prefill_chunks: int = 0
 
     @property
     def request_id(self) -> RequestId:

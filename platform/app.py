@@ -22,6 +22,7 @@ from vigil.platform.api.admin.auth import admin_guard
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.internal import WorkerController
+from vigil.platform.api.observe import observe_requests
 from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.gateway.auth import Principal
@@ -109,6 +110,8 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await services.generation.shadows.close()
+            if services.tracing is not None:
+                await asyncio.to_thread(services.tracing.shutdown)
             if local_workers is not None:
                 await local_workers.stop()
             await services.http.aclose()
@@ -120,7 +123,12 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             OpenAIController,
             _console(services),
             WorkerController,
-            admin_router(services.plane, services.sign_ins, services.slos),
+            admin_router(
+                services.plane,
+                services.sign_ins,
+                services.slos,
+                services.tracing.ring if services.tracing else None,
+            ),
             healthz,
             readyz,
             metrics,
@@ -140,6 +148,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=services.settings.max_request_bytes,
         before_send=[add_request_id],
+        middleware=[observe_requests(services.tracing)],
         template_config=TemplateConfig(directory=web_dir / "templates", engine=JinjaTemplateEngine),
         openapi_config=OpenAPIConfig(
             title="Vigil", version="0.1.0", path="/schema", components=[ADMIN_OPENAPI_COMPONENTS]

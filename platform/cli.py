@@ -133,6 +133,26 @@ def build_parser() -> argparse.ArgumentParser:
         "from; repeatable (default: DATA_DIR/models)  [VIGIL_MODEL_DIRS, ':'-separated]",
     )
     serve.add_argument(
+        "--log-format", help="text (default) or json: one object per line  [VIGIL_LOG_FORMAT]"
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        help="send request traces over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318 "
+        "(workers too)  [OTEL_EXPORTER_OTLP_ENDPOINT]",
+    )
+    serve.add_argument(
+        "--trace-sample-ratio",
+        type=float,
+        help="share of traces kept when the caller did not decide (1.0); failed, shed and "
+        "over-SLO requests are always kept  [OTEL_TRACES_SAMPLER_ARG]",
+    )
+    serve.add_argument(
+        "--trace-buffer",
+        type=int,
+        help="keep the last N traces in memory for /api/admin/traces (256 with "
+        "--otlp-endpoint, else 0: tracing off)  [VIGIL_TRACE_BUFFER]",
+    )
+    serve.add_argument(
         "--webhook-max-age",
         type=float,
         help="seconds an undelivered webhook message is retried, with back-off, before it is "
@@ -157,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--exit-with-parent", action="store_true", help="stop when the parent process ends"
     )
     worker.add_argument("--log-level", help="debug, info (default), warning")
+    worker.add_argument("--log-format", help="text (default) or json  [VIGIL_LOG_FORMAT]")
+    worker.add_argument(
+        "--otlp-endpoint",
+        help="send this worker's spans over OTLP/HTTP  [OTEL_EXPORTER_OTLP_ENDPOINT]",
+    )
     _add_engine_flags(worker)
 
     mig = sub.add_parser("migrate", help="move the database schema to a revision (head)")
@@ -373,13 +398,12 @@ def _serve(args: argparse.Namespace) -> int:
     from vigil.platform.app import create_app
     from vigil.platform.control.migrate import migrate
     from vigil.platform.services import build_services
-    from vigil.platform.settings import engine_env
+    from vigil.platform.settings import engine_env, trace_env
+    from vigil.platform.telemetry.context import configure_logging
     from vigil.platform.worker.supervisor import LocalWorkers
 
     settings = serve_settings(vars(args))
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     _quiet_logs()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate(settings.resolved_database_url)
@@ -391,6 +415,8 @@ def _serve(args: argparse.Namespace) -> int:
             **engine_env(settings.engine),
             "VIGIL_WORKER_TOKEN": token,
             "VIGIL_LOG_LEVEL": settings.log_level,
+            "VIGIL_LOG_FORMAT": settings.log_format,
+            **trace_env(settings.tracing),
         }
         local = LocalWorkers(settings.workers, f"http://{host}:{settings.port}", env)
     app = create_app(build_services(settings, token), local)
@@ -429,13 +455,12 @@ def _quiet_logs() -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     from vigil.platform.settings import worker_settings
+    from vigil.platform.telemetry.context import configure_logging
     from vigil.platform.worker.server import run_worker
 
     settings = worker_settings(vars(args))
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s worker {settings.worker_id} %(name)s: %(message)s",
-    )
+    prefix = f"worker {settings.worker_id} "
+    configure_logging(settings.log_level, settings.log_format, prefix, worker=settings.worker_id)
     _quiet_logs()
     run_worker(settings)
     return 0

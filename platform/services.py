@@ -44,6 +44,7 @@ from vigil.platform.telemetry.metrics import (
     WorkerCollector,
 )
 from vigil.platform.telemetry.recorder import RequestRecorder
+from vigil.platform.telemetry.tracing import Tracing, build_tracing
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class Services:
     actions: ActionBoard
     slo_loop: SLOLoop
     delivery: WebhookDelivery
+    tracing: Tracing | None  # None: tracing off
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
     _kept_from: set[str] = field(default_factory=set)  # failed stables served around
     _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
@@ -245,6 +247,7 @@ def build_services(
         plane=plane,
         sign_ins=SignInThrottle(settings.throttle_storage_uri),
         slos=slos,
+        tracing=build_tracing(settings.tracing, "vigil-gateway", metrics),
         actions=actions,
         slo_loop=slo_loop,
         delivery=WebhookDelivery(

@@ -41,6 +41,23 @@ class EngineSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceSettings:
+    """Tracing is on when spans have somewhere to go: an OTLP endpoint, or a ring of the
+    last traces in memory (`buffer`); off, it costs nothing."""
+
+    otlp_endpoint: str = ""  # OTLP/HTTP base URL, e.g. http://collector:4318
+    sample_ratio: float = 1.0  # of the traces without a sampled parent
+    buffer: int = 0  # the last traces kept for /api/admin/traces
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.otlp_endpoint) or self.buffer > 0
+
+
+DEFAULT_TRACE_BUFFER = 256  # with an OTLP endpoint and no --trace-buffer
+
+
+@dataclass(frozen=True, slots=True)
 class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8000
@@ -68,6 +85,8 @@ class ServeSettings:
     # Where the artifacts of versions registered over the admin API may come from;
     # none given: the data dir's models/.
     model_dirs: tuple[Path, ...] = ()
+    log_format: str = "text"  # text | json (one object per line)
+    tracing: TraceSettings = field(default_factory=lambda: TraceSettings())
 
     @property
     def resolved_model_dirs(self) -> tuple[Path, ...]:
@@ -239,12 +258,47 @@ def serve_settings(
             d.webhook_max_age_s,
         ),
         redis_url=_redis_url(_pick(flags.get("redis_url"), env, "REDIS_URL") or ""),
+        log_format=_log_format(_pick(flags.get("log_format"), env, "LOG_FORMAT") or "text"),
+        tracing=trace_settings(flags, env),
         max_prompt_chars=_int(
             _pick(flags.get("max_prompt_chars"), env, "MAX_PROMPT_CHARS"),
             "max prompt chars",
             d.max_prompt_chars,
         ),
     )
+
+
+def trace_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> TraceSettings:
+    """--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT), --trace-sample-ratio (or
+    OTEL_TRACES_SAMPLER_ARG), --trace-buffer (VIGIL_TRACE_BUFFER)."""
+    endpoint = str(flags.get("otlp_endpoint") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "")
+    if endpoint and not endpoint.startswith(("http://", "https://")):
+        raise SettingsError(f"the OTLP endpoint must be an http(s) URL, got {endpoint!r}")
+    ratio_text = flags.get("trace_sample_ratio") or env.get("OTEL_TRACES_SAMPLER_ARG")
+    ratio = _float(str(ratio_text) if ratio_text is not None else None, "trace sample ratio", 1.0)
+    if not 0.0 <= ratio <= 1.0:
+        raise SettingsError(f"the trace sample ratio must be within [0, 1], got {ratio}")
+    default_buffer = DEFAULT_TRACE_BUFFER if endpoint else 0
+    buffer = _int(
+        _pick(flags.get("trace_buffer"), env, "TRACE_BUFFER"), "trace buffer", default_buffer
+    )
+    return TraceSettings(endpoint, ratio, buffer)
+
+
+def trace_env(settings: TraceSettings) -> dict[str, str]:
+    """What a local worker needs to export its spans the same way."""
+    if not settings.otlp_endpoint:
+        return {}
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": settings.otlp_endpoint,
+        "OTEL_TRACES_SAMPLER_ARG": str(settings.sample_ratio),
+    }
+
+
+def _log_format(value: str) -> str:
+    if value not in ("text", "json"):
+        raise SettingsError(f"the log format must be 'text' or 'json', got {value!r}")
+    return value
 
 
 def _model_dirs(flags: object, env_value: str | None) -> tuple[Path, ...]:
@@ -280,7 +334,9 @@ class WorkerSettings:
     advertise_host: str | None = None  # what the gateway should call, when not `host`
     exit_with_parent: bool = False
     log_level: str = "info"
+    log_format: str = "text"
     engine: EngineSettings = field(default_factory=EngineSettings)
+    tracing: TraceSettings = field(default_factory=lambda: TraceSettings())
 
 
 def worker_settings(
@@ -305,7 +361,9 @@ def worker_settings(
         advertise_host=_pick(flags.get("advertise_host"), env, "ADVERTISE_HOST"),
         exit_with_parent=bool(flags.get("exit_with_parent")),
         log_level=(_pick(flags.get("log_level"), env, "LOG_LEVEL") or "info").lower(),
+        log_format=_log_format(_pick(flags.get("log_format"), env, "LOG_FORMAT") or "text"),
         engine=engine_settings(flags, env),
+        tracing=trace_settings(flags, env),
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -236,6 +236,7 @@ class FakeWorkers:
         self.registry: WorkerRegistry | None = None
         self.workers: dict[str, FakeWorker] = {}
         self.failed: list[str] = []
+        self.trace_headers: list[dict[str, str]] = []  # what each open was sent
 
     def add(
         self,
@@ -275,8 +276,13 @@ class FakeWorkers:
         return worker
 
     async def open(
-        self, replica: Replica, slot: str, request: GenerationRequest
+        self,
+        replica: Replica,
+        slot: str,
+        request: GenerationRequest,
+        trace_headers: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[EngineEvent, None]:
+        self.trace_headers.append(dict(trace_headers or {}))
         engine = self._reach(replica).engines[slot]
         assert not isinstance(engine, FakeEmbedder)
         # The worker's copy of the request: its own clock, as across a process boundary.
@@ -314,6 +320,8 @@ class FakeWorkers:
                     event.num_output_tokens,
                     clock,
                     event.error,
+                    event.num_cached_prompt_tokens,
+                    event.num_prefill_chunks,
                 )
                 return
         finally:

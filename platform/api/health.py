@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.openapi import ResponseSpec
 from msgspec import Struct
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from vigil.platform.gateway.readiness import (
     serving_ready,
@@ -58,6 +59,18 @@ async def readyz(services: Services) -> Response[Readiness]:
     return Response(body, status_code=200 if ready else 503)
 
 
-@get("/metrics", tags=["Operations"], summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)
-async def metrics(registry: CollectorRegistry) -> Response[bytes]:
+@get(
+    "/metrics",
+    tags=["Operations"],
+    summary="Prometheus metrics",
+    description="Prometheus's text format; OpenMetrics (with the trace ids of sampled "
+    "requests as exemplars on the latency histograms) when the Accept header asks for "
+    "application/openmetrics-text.",
+    media_type=CONTENT_TYPE_LATEST,
+)
+async def metrics(request: Request[Any, Any, Any], registry: CollectorRegistry) -> Response[bytes]:
+    if "application/openmetrics-text" in request.headers.get("accept", ""):
+        return Response(
+            openmetrics.generate_latest(registry), media_type=openmetrics.CONTENT_TYPE_LATEST
+        )
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

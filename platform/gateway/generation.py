@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import weakref
 from collections.abc import AsyncGenerator
@@ -49,6 +50,7 @@ from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.lease import Lease, LoadBook, ReplicaCounts
 from vigil.platform.gateway.link import Events, WorkerLink, WorkerUnreachable
 from vigil.platform.gateway.params import (
+    ChatPrompt,
     GenerationParams,
     check_prompt_size,
     prompt_ids,
@@ -61,7 +63,10 @@ from vigil.platform.gateway.shadow import Dropped, ShadowMirror
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica
 from vigil.platform.slo.actions import ActionBoard
+from vigil.platform.telemetry.context import current
 from vigil.platform.worker.protocol import stats_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +124,13 @@ class GenerationService:
             )
         check_prompt_size(params.prompt, self.max_prompt_chars, params.prompt_param)
         priority = principal.priority
+        _describe(params, priority)
         place, admission, route = await self._admit(spec, params, priority)
+        _served_as(place, route)
         if admission.verdict is Verdict.SHED:
+            log.info(
+                "shed %s on %s: %s", params.request_id, place.spec.name, admission.reason.value
+            )
             raise shed_error(place.spec, admission)
         if params.min_tokens > place.max_tokens:
             raise InvalidRequest(
@@ -182,6 +192,13 @@ class GenerationService:
             assert spec.fallback is not None
             self._record(place, admission)
             fallback = self.view.deployment(spec.fallback.deployment)
+            log.info(
+                "fallback %s from %s to %s: %s",
+                params.request_id,
+                spec.name,
+                fallback.name,
+                admission.reason.value,
+            )
             if not self.view.is_ready(fallback):  # a fallback still loading is no help
                 route = Route(skipped=f"{fallback.name}: not ready")
             else:
@@ -205,7 +222,10 @@ class GenerationService:
         """Send the request to the chosen replica; one that cannot be reached becomes a
         suspect and the next choice among the engine's other replicas gets it."""
         replica = place.replica
+        context = current() if not shadow else None
+        trace = context.trace if context is not None else None
         while True:
+            headers = trace.worker_headers(replica.id, time.monotonic()) if trace else None
             lease = self.loads.open(
                 request.request_id,
                 place.spec.name,
@@ -217,9 +237,10 @@ class GenerationService:
                 request.clock,
                 predicted_ttft_s,
                 shadow,
+                context,
             )
             try:
-                return lease, await self.link.open(replica, place.key, request)
+                return lease, await self.link.open(replica, place.key, request, headers)
             except WorkerUnreachable:
                 lease.discard()
             except BaseException:
@@ -297,8 +318,62 @@ class GenerationService:
         )
 
     def _record(self, place: _Placement, admission: Admission) -> None:
-        self.loads.recorder.admission(
-            place.spec.name, place.version.key, admission.verdict.value, admission.reason.value
+        verdict, reason = admission.verdict.value, admission.reason.value
+        self.loads.recorder.admission(place.spec.name, place.version.key, verdict, reason)
+        context = current()
+        if context is None:
+            return
+        context.note(admission=verdict, reason=reason)
+        if context.trace is not None:
+            context.trace.admission(
+                place.spec.name,
+                place.version.key,
+                verdict,
+                reason,
+                admission.predicted_ttft_s,
+                context.start_ts,
+            )
+
+
+def _describe(params: GenerationParams, priority: Priority) -> None:
+    """What the request asks, in its log context and trace (GenAI conventions)."""
+    context = current()
+    if context is None:
+        return
+    context.request_id = params.request_id
+    context.note(priority=priority.label)
+    if context.trace is not None:
+        operation = "chat" if isinstance(params.prompt, ChatPrompt) else "text_completion"
+        context.trace.server.update_name(f"{operation} {params.model}")
+        context.trace.set(
+            **{
+                "gen_ai.operation.name": operation,
+                "gen_ai.request.model": params.model,
+                "gen_ai.request.max_tokens": params.max_tokens,
+                "gen_ai.request.temperature": params.temperature,
+                "vigil.priority": priority.label,
+                "vigil.request_id": params.request_id,
+            }
+        )
+
+
+def _served_as(place: _Placement, route: Route) -> None:
+    context = current()
+    if context is None:
+        return
+    context.ttft_target_s = place.spec.slo.ttft_p99_s
+    context.note(
+        deployment=place.spec.name, version=place.version.key, fallback_from=route.fallback_from
+    )
+    if context.trace is not None:
+        context.trace.set(
+            **{
+                "gen_ai.response.model": place.version.key,
+                "vigil.deployment": place.spec.name,
+                "vigil.version": place.version.key,
+                "vigil.replica": place.replica.id,
+                "vigil.fallback_from": route.fallback_from,
+            }
         )
 
 

@@ -29,6 +29,7 @@ from vigil.engine.request import (
     TokenEvent,
 )
 from vigil.platform.gateway.admission import LoadSnapshot
+from vigil.platform.telemetry.context import RequestContext
 from vigil.platform.telemetry.recorder import Outcome, RequestRecord, RequestRecorder, shadow_label
 
 START_WINDOW_S = 10.0  # how far back the rate at which queued requests start is measured
@@ -69,6 +70,7 @@ class Lease:
     book: LoadBook
     predicted_ttft_s: float | None = None  # admission's prediction, when it had one
     shadow: bool = False  # a mirrored copy (gateway/shadow.py)
+    context: RequestContext | None = None  # the API request's log fields and trace
     state: LeaseState = LeaseState.QUEUED
     num_output_tokens: int = 0
 
@@ -82,7 +84,7 @@ class Lease:
             n = len(event.token_ids)
             label = shadow_label(self.deployment) if self.shadow else self.deployment
             self.book.recorder.output_tokens(
-                label, self.version, n, event.token_ts, self.clock, self.shadow
+                label, self.version, n, event.token_ts, self.clock, self.shadow, self._exemplar
             )
             if self.clock.first_token_ts is None:
                 self.clock.first_token_ts = event.token_ts
@@ -120,7 +122,15 @@ class Lease:
             self.clock,
             self.shadow,
         )
-        self.book.recorder.ended(record)
+        self.book.recorder.ended(record, self._exemplar)
+        if self.context is not None:
+            self.context.ended(record, finish)
+
+    @property
+    def _exemplar(self) -> dict[str, str] | None:
+        """The trace of a sampled request, for the latency histograms' exemplars."""
+        trace = self.context.trace if self.context is not None else None
+        return {"trace_id": trace.trace_id} if trace is not None and trace.sampled else None
 
 
 @dataclass(slots=True)
@@ -158,6 +168,7 @@ class LoadBook:
         clock: RequestClock,
         predicted_ttft_s: float | None = None,
         shadow: bool = False,
+        context: RequestContext | None = None,
     ) -> Lease:
         lease = Lease(
             request_id,
@@ -171,6 +182,7 @@ class LoadBook:
             self,
             predicted_ttft_s,
             shadow,
+            context,
         )
         engine = self._engines.setdefault(engine_key, _Engine())
         assert request_id not in engine.open, f"request id {request_id} is already open"

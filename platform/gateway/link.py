@@ -17,7 +17,7 @@ over HTTP (worker/protocol.py), and an in-process fake in the tests. Its contrac
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Protocol
 
 import httpx
@@ -52,7 +52,15 @@ class WorkerUnreachable(Exception):
 
 
 class WorkerLink(Protocol):
-    async def open(self, replica: Replica, slot: str, request: GenerationRequest) -> Events: ...
+    async def open(
+        self,
+        replica: Replica,
+        slot: str,
+        request: GenerationRequest,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Events:
+        """`trace_headers`: the W3C traceparent the worker's span joins, when traced."""
+        ...
 
     async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult: ...
 
@@ -65,7 +73,13 @@ class HttpWorkerLink:
         self._headers = {"Authorization": f"Bearer {token}"}
         self._on_failure = on_failure
 
-    async def open(self, replica: Replica, slot: str, request: GenerationRequest) -> Events:
+    async def open(
+        self,
+        replica: Replica,
+        slot: str,
+        request: GenerationRequest,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Events:
         deadline = request.deadline_ts
         call = GenerateCall(
             slot=slot,
@@ -79,7 +93,7 @@ class HttpWorkerLink:
             "POST",
             f"{replica.address}/internal/generate",
             content=msgspec.json.encode(call),
-            headers=self._headers,
+            headers={**self._headers, **(trace_headers or {})},
             timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
         )
         try:
@@ -147,6 +161,8 @@ def _finish(event: FinishWire, request: GenerationRequest) -> FinishEvent:
         event.num_output_tokens,
         clock,
         event.error,
+        event.cached_prompt_tokens,
+        event.prefill_chunks,
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import Context
 from dataclasses import replace
 from enum import StrEnum
 
@@ -59,7 +60,10 @@ class ShadowMirror:
             self.dropped(spec, Dropped.BUSY)
             return
         copy = replace(params, request_id=RequestId(f"{params.request_id}-shadow"))
-        task = asyncio.create_task(self._run(spec, copy, run), name=f"shadow {copy.request_id}")
+        # A context of its own: the client's request's log fields and trace are not its.
+        task = asyncio.create_task(
+            self._run(spec, copy, run), name=f"shadow {copy.request_id}", context=Context()
+        )
         tasks = self._tasks.setdefault(spec.name, set())
         tasks.add(task)
         task.add_done_callback(tasks.discard)

@@ -172,6 +172,11 @@ class Metrics:
             [*labels, "why"],
             registry=registry,
         )
+        self.spans_dropped = Counter(
+            "vigil_trace_spans_dropped",
+            "Spans not exported: the export queue was full or the OTLP receiver failed.",
+            registry=registry,
+        )
         build = Info("vigil_build", "The running Vigil and what it runs on.", registry=registry)
         build.info(_build_info())
 
@@ -182,6 +187,11 @@ class EngineMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.spans_dropped = Counter(
+            "vigil_trace_spans_dropped",
+            "Spans not exported: the export queue was full or the OTLP receiver failed.",
+            registry=registry,
+        )
         engine = ["version"]  # the engine's key: model@version, `#long` for a long pool
         self.batch_size = Histogram(
             "vigil_batch_size",

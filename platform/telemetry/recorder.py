@@ -93,6 +93,7 @@ class RequestRecorder:
         token_ts: float,
         clock: RequestClock,
         shadow: bool = False,
+        exemplar: dict[str, str] | None = None,
     ) -> None:
         """Tokens that just arrived at `token_ts`; `clock` is the request's, before this
         arrival is written to it (so its last token is the previous one). `deployment`:
@@ -103,13 +104,13 @@ class RequestRecorder:
             self.live.add_tokens(num_tokens)
         if clock.last_token_ts is None:
             ttft_s = token_ts - clock.arrival_ts
-            m.ttft.labels(deployment, version).observe(ttft_s)
+            m.ttft.labels(deployment, version).observe(ttft_s, exemplar)
             if not shadow:
                 self.live.add_ttft(ttft_s, token_ts)
         else:
             m.itl.labels(deployment, version).observe(token_ts - clock.last_token_ts)
 
-    def ended(self, record: RequestRecord) -> None:
+    def ended(self, record: RequestRecord, exemplar: dict[str, str] | None = None) -> None:
         m, clock = self.metrics, record.clock
         d = (record.label, record.version)
         m.requests.labels(*d, record.outcome.value).inc()
@@ -121,7 +122,7 @@ class RequestRecorder:
             return  # left before the engine's last word: no token or latency figures
         m.prompt_tokens.labels(*d).inc(record.num_prompt_tokens)
         if clock.finished_ts is not None:
-            m.e2e.labels(*d).observe(clock.finished_ts - clock.arrival_ts)
+            m.e2e.labels(*d).observe(clock.finished_ts - clock.arrival_ts, exemplar)
         if clock.queue_time_s is not None:
             m.queue_time.labels(*d).observe(clock.queue_time_s)
 

@@ -117,6 +117,8 @@ class FinishWire(Struct, tag="finish"):
     num_output_tokens: int
     queue_s: float | None
     error: str | None = None
+    cached_prompt_tokens: int = 0
+    prefill_chunks: int = 0
 
 
 EventWire = TokenWire | FinishWire

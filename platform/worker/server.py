@@ -39,6 +39,7 @@ from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable, Unauthorized
 from vigil.platform.settings import WorkerSettings
 from vigil.platform.telemetry.metrics import EngineMetrics
+from vigil.platform.telemetry.tracing import WorkerSpans
 from vigil.platform.worker.protocol import (
     Assignment,
     EmbedCall,
@@ -89,7 +90,9 @@ def _slots(assignment: Assignment) -> list[EngineSlot]:
     return [EngineSlot(s.key, s.version.ref(), s.max_num_seqs) for s in assignment.slots]
 
 
-async def _generate(data: GenerateCall, runtime: WorkerRuntime) -> Stream:
+async def _generate(
+    data: GenerateCall, runtime: WorkerRuntime, spans: WorkerSpans | None, traceparent: str | None
+) -> Stream:
     slot = runtime.ready_slot(data.slot)
     if slot is None or slot.engine is None:
         raise ServiceUnavailable(
@@ -113,15 +116,19 @@ async def _generate(data: GenerateCall, runtime: WorkerRuntime) -> Stream:
     slot.in_flight += 1
 
     async def lines() -> AsyncIterator[bytes]:
+        finish: FinishEvent | None = None
         try:
             async for event in engine.generate(request):
                 if isinstance(event, TokenEvent):
                     wire: TokenWire | FinishWire = TokenWire(event.text, list(event.token_ids))
                 else:
+                    finish = event
                     wire = _finish_wire(event)
                 yield msgspec.json.encode(wire) + b"\n"
         finally:
             slot.in_flight -= 1
+            if spans is not None and traceparent:
+                spans.generated(traceparent, data.slot, request, finish)
 
     return Stream(lines(), media_type="application/x-ndjson")
 
@@ -134,6 +141,8 @@ def _finish_wire(event: FinishEvent) -> FinishWire:
         event.num_output_tokens,
         event.clock.queue_time_s,
         event.error,
+        event.num_cached_prompt_tokens,
+        event.num_prefill_chunks,
     )
 
 
@@ -158,7 +167,14 @@ async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
     return EmbedResult(vectors, sum(counts))
 
 
-def build_worker_app(runtime: WorkerRuntime, token: str, registry: CollectorRegistry) -> Litestar:
+def build_worker_app(
+    runtime: WorkerRuntime,
+    token: str,
+    registry: CollectorRegistry,
+    spans: WorkerSpans | None = None,
+) -> Litestar:
+    """`spans`: when given, each generation joins its caller's trace with a span."""
+
     async def guard(request: Request[Any, Any, Any]) -> None:
         if not carries_token(request.headers.get("authorization"), token):
             raise Unauthorized(
@@ -166,8 +182,8 @@ def build_worker_app(runtime: WorkerRuntime, token: str, registry: CollectorRegi
             )
 
     @post("/internal/generate", status_code=200)
-    async def generate(data: GenerateCall, _auth: None) -> Stream:
-        return await _generate(data, runtime)
+    async def generate(data: GenerateCall, _auth: None, request: Request[Any, Any, Any]) -> Stream:
+        return await _generate(data, runtime, spans, request.headers.get("traceparent"))
 
     @post("/internal/embed", status_code=200)
     async def embed(data: EmbedCall, _auth: None) -> EmbedResult:
@@ -260,7 +276,8 @@ def run_worker(settings: WorkerSettings) -> None:
     sock.bind((settings.host, settings.port))
     host, port = sock.getsockname()[:2]
     address = f"http://{settings.advertise_host or host}:{port}"
-    app = build_worker_app(runtime, settings.token, registry)
+    spans = WorkerSpans.of(settings.tracing, settings.worker_id, metrics.spans_dropped)
+    app = build_worker_app(runtime, settings.token, registry, spans)
     link = GatewayLink(settings, runtime, address)
     server = uvicorn.Server(
         uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=5)

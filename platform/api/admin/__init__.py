@@ -33,11 +33,13 @@ from vigil.platform.api.admin.auth import (
 from vigil.platform.api.admin.deployments import DeploymentController
 from vigil.platform.api.admin.replicas import ReplicaController
 from vigil.platform.api.admin.slo import SLOController
+from vigil.platform.api.admin.traces import TraceController
 from vigil.platform.api.admin.versions import ModelController
 from vigil.platform.api.admin.webhooks import WebhookController
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.slo.tracker import SLOTracker
+from vigil.platform.telemetry.tracing import TraceRing
 
 SECURITY_SCHEME = "vigilBasic"
 ADMIN_OPENAPI_COMPONENTS = Components(
@@ -51,12 +53,22 @@ ADMIN_OPENAPI_COMPONENTS = Components(
 )
 
 
-def admin_router(plane: ControlPlane, throttle: SignInThrottle, slos: SLOTracker) -> Router:
+def admin_router(
+    plane: ControlPlane,
+    throttle: SignInThrottle,
+    slos: SLOTracker,
+    traces: TraceRing | None = None,
+) -> Router:
+    """`traces`: the ring of kept traces; None when tracing is off."""
+
     def provide_plane() -> ControlPlane:
         return plane
 
     def provide_slos() -> SLOTracker:
         return slos
+
+    def provide_traces() -> TraceRing | None:
+        return traces
 
     return Router(
         path="/api/admin",
@@ -71,10 +83,12 @@ def admin_router(plane: ControlPlane, throttle: SignInThrottle, slos: SLOTracker
             SLOController,
             AlertController,
             DecisionController,
+            TraceController,
         ],
         dependencies={
             "plane": Provide(provide_plane, sync_to_thread=False),
             "slos": Provide(provide_slos, sync_to_thread=False),
+            "traces": Provide(provide_traces, sync_to_thread=False),
             "actor": Provide(provide_actor, sync_to_thread=False),
             "user": Provide(provide_user, sync_to_thread=False),
         },

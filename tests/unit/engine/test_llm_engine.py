@@ -218,6 +218,9 @@ def test_concurrent_greedy_outputs_equal_each_run_alone(
     # Each prompt counted once, in the step that gave its first token (the prefill rate).
     assert sum(prompts_done) == sum(len(r.prompt_ids) for r in requests(smollm2))
     hits = engine.stats().num_prefix_hit_tokens
+    finishes = [o.finish for o in batched.values() if o.finish is not None]
+    assert len(finishes) == len(PROMPTS) and all(f.num_prefill_chunks >= 1 for f in finishes)
+    assert sum(f.num_cached_prompt_tokens for f in finishes) == hits  # as each trace says
     if prefix_cache:
         assert hits >= 3 * 16  # at least the passage's blocks, reused by the two followers
         assert max(seqs_per_step) >= 8
@@ -250,6 +253,9 @@ def test_outputs_survive_preemption(
     assert engine.stats().num_preemptions == len(outputs_when_preempted) > 0
     # At least one had generated tokens, which its recompute had to feed back in.
     assert max(outputs_when_preempted) > 0
+    # The longest prompt is over the 64-token step budget: it is prefilled in chunks.
+    chunks = [o.finish.num_prefill_chunks for o in batched.values() if o.finish is not None]
+    assert max(chunks) >= 2
     assert_same_as_alone(batched, alone, assert_greedy_runs_agree)
 
 

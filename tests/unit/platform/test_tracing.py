@@ -1,0 +1,182 @@
+"""Request traces through the gateway, kept in the in-memory ring: a caller's traceparent
+honoured, one trace per request with the admission, the hop to the worker (whose
+traceparent goes along) and the engine phases adding up, GenAI attributes; a shed request
+kept whatever the sampler says; log lines and the access line carry the request's ids."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+
+from vigil.engine.bundled import SMOLLM2
+from vigil.platform.control.access.records import Role
+from vigil.platform.control.specs import SLOTargets, bundled_version
+from vigil.platform.settings import TraceSettings
+from vigil.platform.telemetry.context import ContextFilter, JsonFormatter
+from vigil.platform.telemetry.tracing import TRACE_HEADER
+
+STABLE = bundled_version(SMOLLM2).key
+CHAT = {"model": SMOLLM2, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 3}
+PARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_SPAN = "00f067aa0ba902b7"
+
+
+OPS = ("ops", "ops password 1")
+
+
+def traced(ratio: float) -> dict[str, Any]:
+    return {"tracing": TraceSettings(sample_ratio=ratio, buffer=32)}
+
+
+async def operator(gateway: Gateway) -> None:
+    await gateway.services.plane.users.create(*OPS, Role.OPERATOR, actor="cli")
+
+
+def client_of(gateway: Gateway) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=gateway.url, timeout=30)
+
+
+@pytest.fixture
+async def gateway(tmp_path, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(1.0)) as gw:
+        await operator(gw)
+        yield gw
+
+
+async def trace_of(client: httpx.AsyncClient, trace_id: str) -> list[dict[str, Any]]:
+    r = await client.get(f"/api/admin/traces/{trace_id}", auth=OPS)
+    assert r.status_code == 200, r.text
+    spans: list[dict[str, Any]] = r.json()["spans"]
+    return spans
+
+
+async def test_a_request_is_one_trace_under_its_callers_parent(gateway: Gateway) -> None:
+    parent = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"
+    async with client_of(gateway) as client:
+        r = await client.post("/v1/chat/completions", json=CHAT, headers={"traceparent": parent})
+        assert r.status_code == 200
+        assert r.headers[TRACE_HEADER] == PARENT_TRACE
+        spans = await trace_of(client, PARENT_TRACE)
+        listed = (await client.get("/api/admin/traces", auth=OPS)).json()
+    by_name = {s["name"]: s for s in spans}
+    server = by_name[f"chat {SMOLLM2}"]
+    assert server["parent_span_id"] == PARENT_SPAN and server["kind"] == "server"
+    a = server["attributes"]
+    assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.request.model"] == SMOLLM2
+    assert a["gen_ai.response.model"] == STABLE and a["gen_ai.request.max_tokens"] == 3
+    assert a["gen_ai.usage.output_tokens"] == 3 and a["gen_ai.response.finish_reasons"] == [
+        "length"
+    ]
+    assert a["vigil.priority"] == "interactive" and a["vigil.replica"] == "w1"
+    assert a["http.response.status_code"] == 200
+    assert by_name["admission"]["parent_span_id"] == server["span_id"]
+    assert by_name["admission"]["attributes"]["vigil.admission.verdict"] == "admitted"
+    hop = by_name["worker w1"]
+    assert hop["parent_span_id"] == server["span_id"] and hop["kind"] == "client"
+    phases = [by_name[n] for n in ("queue", "prefill", "decode")]
+    assert all(p["parent_span_id"] == hop["span_id"] for p in phases)
+    assert (
+        phases[0]["end_ns"] == phases[1]["start_ns"]
+        and phases[1]["end_ns"] == phases[2]["start_ns"]
+    )
+    phases_ms = sum(p["duration_ms"] for p in phases)
+    assert abs(phases_ms - hop["duration_ms"]) < 5.0 and hop["duration_ms"] <= server["duration_ms"]
+    # The worker was sent the hop span as its parent.
+    [sent] = gateway.workers.trace_headers
+    assert sent["traceparent"] == f"00-{PARENT_TRACE}-{hop['span_id']}-01"
+    assert listed[0]["trace_id"] == PARENT_TRACE and listed[0]["num_spans"] == len(spans)
+
+
+async def test_a_shed_request_is_kept_when_the_sampler_would_drop_it(
+    tmp_path, smollm2_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(0.0)) as gateway:
+        await operator(gateway)
+        async with client_of(gateway) as client:
+            ok = await client.post("/v1/chat/completions", json=CHAT)
+            assert ok.status_code == 200
+            assert (
+                await client.get(f"/api/admin/traces/{ok.headers[TRACE_HEADER]}", auth=OPS)
+            ).status_code == 404
+            limits = {"interactive": {"max_queue": 0, "max_queue_wait_s": 1}}
+            limits["batch"] = limits["interactive"]
+            record = await gateway.services.plane.deployments.get(SMOLLM2)
+            patch = {"revision": record.revision, "limits": limits}
+            r = await client.patch(f"/api/admin/deployments/{SMOLLM2}", json=patch, auth=OPS)
+            assert r.status_code == 200, r.text
+            shed = await client.post("/v1/chat/completions", json=CHAT)
+            assert shed.status_code == 429
+            spans = await trace_of(client, shed.headers[TRACE_HEADER])
+    server = next(s for s in spans if s["kind"] == "server")
+    assert server["attributes"]["http.response.status_code"] == 429
+    [admission] = [s for s in spans if s["name"] == "admission"]
+    assert admission["attributes"]["vigil.admission.verdict"] == "shed"
+
+
+async def test_tracing_off_leaves_no_header_and_says_so(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+        await operator(gateway)
+        async with client_of(gateway) as client:
+            r = await client.post("/v1/chat/completions", json=CHAT)
+            assert r.status_code == 200 and TRACE_HEADER not in r.headers
+            off = await client.get("/api/admin/traces", auth=OPS)
+            assert off.status_code == 404 and off.json()["error"]["code"] == "tracing_off"
+    assert workers.trace_headers == [{}]
+
+
+async def test_log_lines_carry_the_request_and_trace_ids_and_one_access_line_sums_up(
+    gateway: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.handler.addFilter(ContextFilter())
+    with caplog.at_level(logging.INFO):
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+            r = await client.post("/v1/chat/completions", json=CHAT)
+    request_id, trace_id = r.headers["x-request-id"], r.headers[TRACE_HEADER]
+    [access] = [rec for rec in caplog.records if rec.name == "vigil.access"]
+    assert access.request_id == request_id and access.trace_id == trace_id  # type: ignore[attr-defined]
+    line = json.loads(JsonFormatter().format(access))
+    assert line["request_id"] == request_id and line["trace_id"] == trace_id
+    assert line["status"] == 200 and line["deployment"] == SMOLLM2 and line["version"] == STABLE
+    assert line["priority"] == "interactive" and line["admission"] == "admitted"
+    assert line["output_tokens"] == 3 and line["prompt_tokens"] > 0 and line["ttft_ms"] >= 0
+
+
+async def test_latency_histograms_carry_the_trace_as_an_exemplar(gateway: Gateway) -> None:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        text = (
+            await client.get("/metrics", headers={"accept": "application/openmetrics-text"})
+        ).text
+        plain = (await client.get("/metrics")).text
+    exemplar = f'# {{trace_id="{r.headers[TRACE_HEADER]}"}}'
+    ttft = [line for line in text.splitlines() if line.startswith("vigil_time_to_first_token")]
+    assert any(exemplar in line for line in ttft)
+    assert "trace_id" not in plain
+
+
+async def test_a_request_over_its_slo_is_kept_when_the_sampler_would_drop_it(
+    tmp_path, smollm2_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(0.0)) as gateway:
+        await operator(gateway)
+        slo = SLOTargets(ttft_p99_s=1e-6)  # every first token is late
+        await gateway.services.plane.deployments.set_slo(SMOLLM2, slo, actor="ops")
+        async with client_of(gateway) as client:
+            r = await client.post("/v1/chat/completions", json=CHAT)
+            assert r.status_code == 200
+            spans = await trace_of(client, r.headers[TRACE_HEADER])
+    assert {"queue", "prefill", "decode"} <= {s["name"] for s in spans}
