@@ -3,8 +3,9 @@ ops/prometheus/prometheus.yml, scrapes a real `vigil serve` (its gateway, and it
 found through the gateway's service discovery) every second while a stable and a canary
 version take a bounded load; then every query of ops/grafana/vigil.json, with its
 template variables filled in as Grafana fills them, and every recording rule of
-ops/prometheus/vigil-slo.rules.yml returns data through Prometheus's HTTP API, and
-`promtool check metrics` passes on the gateway's /metrics."""
+ops/prometheus/vigil-slo.rules.yml returns data through Prometheus's HTTP API; the TTFT
+exemplars lead to traces Vigil kept; `promtool check metrics` passes on the gateway's
+/metrics and the worker's."""
 
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ def served(tmp_path_factory, launch_vigil, create_user) -> Iterator[tuple[str, s
     create_user(data_dir, *VIEWER, role="viewer")
     (data_dir / "vigil.toml").write_text(CONFIG)
     flags = ["--config", str(data_dir / "vigil.toml"), "--models", MODEL, "--max-num-seqs", "4"]
+    flags += ["--trace-buffer", "64"]  # tracing on: trace ids as exemplars
     with launch_vigil(data_dir, *flags) as vigil:
         port = _free_port()
         config = _prometheus_config(data_dir, vigil.base_url)
@@ -95,6 +97,7 @@ def served(tmp_path_factory, launch_vigil, create_user) -> Iterator[tuple[str, s
                 f"--config.file={config}",
                 f"--storage.tsdb.path={data_dir / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{port}",
+                "--enable-feature=exemplar-storage",
             ],
             stdout=subprocess.DEVNULL,
             stderr=(data_dir / "prometheus.log").open("w"),
@@ -200,6 +203,20 @@ def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:
     return list(body["data"]["result"])
 
 
+def _exemplar_trace_ids(prometheus: str, expr: str, since_s: float) -> set[str]:
+    """The trace ids of the exemplars Grafana would draw for the query."""
+    now = time.time()
+    params = {"query": expr, "start": f"{now - since_s:.3f}", "end": f"{now:.3f}"}
+    r = httpx.get(f"{prometheus}/api/v1/query_exemplars", params=params, timeout=10)
+    assert r.status_code == 200, (expr, r.text)
+    return {
+        e["labels"]["trace_id"]
+        for series in r.json()["data"]
+        for e in series["exemplars"]
+        if "trace_id" in e["labels"]
+    }
+
+
 def _label_values(prometheus: str, definition: str) -> list[str]:
     """A `label_values(selector, label)` variable, as Grafana asks Prometheus for it."""
     found = re.fullmatch(r"label_values\((.+), (\w+)\)", definition)
@@ -278,6 +295,18 @@ def test_every_dashboard_query_and_recording_rule_returns_data(served) -> None: 
     by_version = next(p for p in dashboard["panels"] if p["title"] == "TTFT p99 by version")
     expr = _fill(by_version["targets"][0]["expr"], variables, rate_interval)
     assert {s["metric"]["version"] for s in _query(prometheus, expr)} == set(versions)
+
+    # Exemplars: a TTFT point leads to a request's trace, kept by Vigil itself.
+    exemplar_targets = [
+        t for p in dashboard["panels"] for t in p.get("targets", []) if t.get("exemplar")
+    ]
+    assert exemplar_targets
+    for target in exemplar_targets:
+        expr = _fill(target["expr"], variables, rate_interval)
+        trace_ids = _exemplar_trace_ids(prometheus, expr, time.monotonic() - started + 5)
+        assert trace_ids, expr
+    trace = httpx.get(f"{gateway}/api/admin/traces/{min(trace_ids)}", auth=VIEWER, timeout=10)
+    assert trace.status_code == 200, trace.text
 
     groups = yaml.safe_load((OPS / "prometheus" / "vigil-slo.rules.yml").read_text())["groups"]
     recorded = [r for g in groups for r in g["rules"] if "record" in r]

@@ -67,3 +67,5 @@ def test_it_covers_what_an_operator_watches() -> None:
         "vigil_slo_error_ratio_rate5m",
     ):
         assert series in exprs, series
+    exemplars = [t for p in load()["panels"] for t in p.get("targets", []) if t.get("exemplar")]
+    assert exemplars and all("_seconds_bucket" in t["expr"] for t in exemplars)
