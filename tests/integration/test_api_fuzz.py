@@ -67,6 +67,8 @@ ADMIN_READS = [
     "GET /api/admin/audit",
     "GET /api/admin/replicas",
     "GET /api/admin/replicas/scrape-targets",
+    "GET /api/admin/traces",
+    "GET /api/admin/traces/{trace_id}",
     "GET /api/admin/slo",
     "GET /api/admin/slo/{name}",
     "GET /api/admin/alerts",
