@@ -27,7 +27,7 @@ from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
-from vigil.platform.services import Services, live_gauges
+from vigil.platform.services import REPLICA_WRITE_S, Services, live_gauges
 from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.console import ConsoleController
 
@@ -49,7 +49,10 @@ async def _sample_live(services: Services) -> None:
         if n % VIEW_RELOAD_EVERY == 0:
             try:
                 await services.reload_serving_view()
-                await services.plane.replicas.mark_silent_down(HEARTBEAT_TIMEOUT_S)
+                # A live worker's row is written only every REPLICA_WRITE_S: older than
+                # that plus the heartbeat timeout is silence, not the gap between writes.
+                silent_s = REPLICA_WRITE_S + HEARTBEAT_TIMEOUT_S
+                await services.plane.replicas.mark_silent_down(silent_s)
             except Exception:  # serving goes on with the view it has
                 log.exception("could not reload the serving view")
         await asyncio.sleep(LIVE_SAMPLE_INTERVAL_S)

@@ -1,7 +1,8 @@
 """The SLOs on /metrics, read from the tracker at scrape time:
 `vigil_slo_error_budget_remaining_ratio{deployment,sli}` and
 `vigil_slo_burn_rate{deployment,sli,window}` (windows by the SRE workbook's names,
-scaled to each SLO's window)."""
+scaled to each SLO's window), and the TTFT target that dashboards draw the percentiles
+against."""
 
 from __future__ import annotations
 
@@ -41,10 +42,22 @@ class SLOCollector(Collector):
             "The share of an SLI's requests that must be good (0.99 for a p99 target).",
             labels=["deployment", "sli"],
         )
+        ttft_target = GaugeMetricFamily(
+            "vigil_slo_ttft_target_seconds",
+            "The SLO's target for the time to first token (ttft_p99_s): 99% of requests within.",
+            labels=["deployment"],
+        )
         objectives: dict[tuple[str, str], float] = {}
+        counts: dict[tuple[str, str, str], int] = {}
         for name, sli, good, n, objective in self._tracker.events():
-            events.add_metric([name, sli.value, "good" if good else "bad"], n)
+            # Both results of an SLI from its first request: the rules' error ratio is
+            # then 0 while nothing is bad, not absent.
+            counts.setdefault((name, sli.value, "good"), 0)
+            counts.setdefault((name, sli.value, "bad"), 0)
+            counts[(name, sli.value, "good" if good else "bad")] = n
             objectives[(name, sli.value)] = objective
+        for event, n in counts.items():
+            events.add_metric(list(event), n)
         for labels, objective in objectives.items():
             goal.add_metric(list(labels), objective)
         yield events
@@ -53,11 +66,13 @@ class SLOCollector(Collector):
             status = self._tracker.status(name)
             if status is None:
                 continue
+            ttft_target.add_metric([name], status.slo.ttft_p99_s)
             for sli, s in status.slis.items():
                 budget.add_metric([name, sli.value], s.budget_remaining)
                 for window, rate in s.burn_rates.items():
                     if rate is not None:
                         burn.add_metric([name, sli.value, window], rate)
+        yield ttft_target
         yield budget
         yield burn
 

@@ -66,11 +66,19 @@ class RequestRecorder:
         self.metrics = metrics
         self.live = live
         self.sink = sink
+        self._known: set[tuple[str, str]] = set()
 
     def admission(self, deployment: str, version: str, decision: str, reason: str) -> None:
         """An admission verdict: admitted, shed, or fallback (then a second verdict on
         the fallback deployment follows)."""
         m = self.metrics
+        if (deployment, version) not in self._known:
+            # Every outcome of a version it routes to exists from its first request, at 0:
+            # a rate of shed or failed requests is then 0, not absent, and the first one
+            # shows in rate() (a series that appears at 1 does not).
+            self._known.add((deployment, version))
+            for outcome in Outcome:
+                m.requests.labels(deployment, version, outcome.value)
         m.admission.labels(deployment, version, decision, reason).inc()
         if decision == "shed":
             m.requests.labels(deployment, version, Outcome.SHED.value).inc()

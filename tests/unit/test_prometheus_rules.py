@@ -43,3 +43,14 @@ def test_prometheus_burns_on_the_same_windows_and_thresholds_as_vigil() -> None:
         for window in (long_w, short_w):
             pattern = rf"rate{window} > on \(deployment, sli\) \({threshold} \*"
             assert re.search(pattern, alert["expr"]), (rule, window)
+
+
+def test_the_scrape_config_is_valid_and_loads_the_rules() -> None:
+    checked = promtool("check", "config", "prometheus.yml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    config = yaml.safe_load((RULES / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["vigil-slo.rules.yml"]
+    assert {job["job_name"] for job in config["scrape_configs"]} == {
+        "vigil-gateway",
+        "vigil-workers",
+    }

@@ -27,6 +27,7 @@ from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.slo.tracker import SLOTracker
@@ -633,3 +634,23 @@ async def test_an_operator_sets_and_clears_a_shadow_and_the_audit_log_says_so(
     assert cleared.status_code == 200 and cleared.json()["shadow"] is None
     audit = (await client.get("/api/admin/audit", headers=OPS)).json()
     assert {"deployment.shadow", "deployment.shadow_clear"} <= {e["action"] for e in audit}
+
+
+# ---- workers as Prometheus scrape targets
+
+
+async def test_workers_not_down_are_listed_as_prometheus_scrape_targets(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    await plane.replicas.register(ReplicaReport("w1", "http://10.0.0.1:9001", "cuda:0", 1 << 30))
+    await plane.replicas.register(ReplicaReport("w2", "https://gpu2:9001", "cuda:0", 1 << 30))
+    await plane.replicas.register(ReplicaReport("w3", "http://10.0.0.3:9001", "cuda:0", 1 << 30))
+    await plane.replicas.mark_down("w3")
+    response = await client.get("/api/admin/replicas/scrape-targets", headers=EVE)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert sorted(response.json(), key=lambda t: t["labels"]["replica"]) == [
+        {"targets": ["10.0.0.1:9001"], "labels": {"replica": "w1"}},
+        {"targets": ["gpu2:9001"], "labels": {"replica": "w2", "__scheme__": "https"}},
+    ]
+    assert (await client.get("/api/admin/replicas/scrape-targets")).status_code == 401
