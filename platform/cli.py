@@ -457,11 +457,13 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
     )
 
-    async def drain() -> None:
+    def begin() -> None:
         services.draining = True  # /readyz fails from now on
+
+    async def drain() -> None:
         await asyncio.sleep(settings.drain_delay_s)
 
-    DrainingServer(config, drain).run()
+    DrainingServer(config, begin, drain).run()
     return 0
 
 

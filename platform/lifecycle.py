@@ -23,8 +23,16 @@ log = logging.getLogger(__name__)
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, drain: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        begin: Callable[[], None],
+        drain: Callable[[], Awaitable[None]],
+    ) -> None:
+        """`begin`: runs in the signal handler itself (flip what must flip at once);
+        `drain`: awaited before the server stops taking connections."""
         super().__init__(config)
+        self._begin = begin
         self._drain = drain
         self._draining: asyncio.Task[None] | None = None
 
@@ -32,6 +40,7 @@ class DrainingServer(uvicorn.Server):
         if sig != signal.SIGTERM or self._draining is not None or self.should_exit:
             super().handle_exit(sig, frame)
             return
+        self._begin()
         loop = asyncio.get_running_loop()
         self._draining = loop.create_task(self._drain_then_exit(sig))
 

@@ -288,7 +288,6 @@ def run_worker(settings: WorkerSettings) -> None:
     async def drain() -> None:
         """Tell the gateway at once (its heartbeat shows every engine draining, so no new
         request comes), then wait for the running ones, up to the bound."""
-        runtime.drain_all()
         with contextlib.suppress(httpx.HTTPError, msgspec.DecodeError):
             await link.beat()
         for _ in range(int(settings.drain_timeout_s / DRAIN_POLL_S)):
@@ -298,7 +297,7 @@ def run_worker(settings: WorkerSettings) -> None:
 
     timeout = int(settings.drain_timeout_s)
     config = uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=timeout)
-    server = DrainingServer(config, drain)
+    server = DrainingServer(config, runtime.drain_all, drain)
 
     async def main() -> None:
         serving = asyncio.create_task(server.serve(sockets=[sock]))
