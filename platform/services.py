@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -75,6 +77,7 @@ class Services:
     actions: ActionBoard
     slo_loop: SLOLoop
     delivery: WebhookDelivery
+    console_secret: str  # signs the console's CSRF tokens
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
     _kept_from: set[str] = field(default_factory=set)  # failed stables served around
     _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
@@ -240,7 +243,21 @@ def build_services(
         actions=actions,
         slo_loop=slo_loop,
         delivery=WebhookDelivery(plane.outbox, http, settings.webhook_max_age_s),
+        console_secret=settings.console_secret
+        or read_or_make_secret(settings.data_dir / "console-secret"),
     )
+
+
+def read_or_make_secret(path: Path) -> str:
+    """The secret kept in `path`, made (readable by this user only) when there is none,
+    so that the console's tokens outlive a restart."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    secret = secrets.token_urlsafe(32)
+    path.write_text(secret + "\n")
+    return secret
 
 
 def engine_snapshots(workers: WorkerRegistry) -> list[EngineSnapshot]:

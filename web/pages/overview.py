@@ -18,6 +18,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage, Template
 from vigil.platform.gateway.readiness import version_error, version_states
 from vigil.platform.services import Services
 from vigil.platform.telemetry.live import LivePoint
+from vigil.web.render import render
 
 STREAM_INTERVAL_S = 1.0
 
@@ -39,18 +40,19 @@ def _history(points: list[LivePoint]) -> list[dict[str, Any]]:
 
 
 class ConsoleController(Controller):
-    path = "/console"
-    include_in_schema = False
+    path = "/"
 
     @get("/")
-    async def overview(self, services: Services) -> Template:
+    async def overview(self, request: Request[Any, Any, Any], services: Services) -> Template:
         versions = await services.plane.versions.list_versions()
-        context = {
+        return render(
+            request,
+            "console/index.html",
+            area="overview",
             **_stats_context(services),
-            "versions": versions,
-            "history": _history(list(services.live.points)),
-        }
-        return Template("console/index.html", context=context)
+            versions=versions,
+            history=_history(list(services.live.points)),
+        )
 
     @get("/stream")
     async def stream(self, request: Request[Any, Any, Any], services: Services) -> ServerSentEvent:
