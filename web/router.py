@@ -18,9 +18,14 @@ from litestar.stores.base import Store
 from vigil.platform.services import Services
 from vigil.web.auth import console_guard, provide_viewer
 from vigil.web.errors import EXCEPTION_HANDLERS
+from vigil.web.pages.alerts import AlertsController
 from vigil.web.pages.deployments import DeploymentsController
+from vigil.web.pages.keys import KeysController
 from vigil.web.pages.overview import ConsoleController
+from vigil.web.pages.records import AuditController, DecisionsController, WorkersController
 from vigil.web.pages.signin import SignInController
+from vigil.web.pages.slos import SLOsController
+from vigil.web.pages.versions import VersionsController
 from vigil.web.sessions import STORE_NAME, DatabaseStore, session_config
 
 CSRF_COOKIE = "vigil_csrf"
@@ -38,7 +43,18 @@ def console_router(services: Services) -> Router:
     )
     return Router(
         path="/console",
-        route_handlers=[SignInController, ConsoleController, DeploymentsController],
+        route_handlers=[
+            SignInController,
+            ConsoleController,
+            DeploymentsController,
+            VersionsController,
+            SLOsController,
+            AlertsController,
+            DecisionsController,
+            AuditController,
+            KeysController,
+            WorkersController,
+        ],
         guards=[console_guard(services.plane, open_reading=settings.auth == "open")],
         # Outermost first: the session is loaded before the CSRF check, so that a refused
         # write still leaves the session as it was.

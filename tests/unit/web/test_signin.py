@@ -84,7 +84,7 @@ async def test_keys_mode_shows_nothing_without_a_session(make_console: Any) -> N
     async with make_console(auth="keys") as console:
         page = await console.get("/console/")
         assert page.status_code == 303 and page.headers["location"].startswith("/console/login")
-        for path in ("/console/deployments",):
+        for path in ("/console/deployments", "/console/audit", "/console/workers"):
             assert (await console.get(path)).status_code == 303
         stream = await console.client.get(
             "/console/stream", headers={"accept": "text/event-stream"}
