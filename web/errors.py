@@ -28,6 +28,7 @@ def _not_signed_in(request: Request[Any, Any, Any], _: NotSignedIn) -> Response[
     wants_page = (
         request.method == "GET"
         and not is_htmx(request)
+        and not request.route_handler.opt.get("stream")
         and "text/event-stream" not in request.headers.get("accept", "")
     )
     if wants_page:

@@ -54,7 +54,7 @@ class ConsoleController(Controller):
             history=_history(list(services.live.points)),
         )
 
-    @get("/stream")
+    @get("/stream", opt={"stream": True})
     async def stream(self, request: Request[Any, Any, Any], services: Services) -> ServerSentEvent:
         template = request.app.template_engine.get_template("console/_stats.html")  # type: ignore[union-attr]
 
