@@ -25,7 +25,7 @@ from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
-from vigil.platform.services import Services, live_gauges
+from vigil.platform.services import Services, live_gauges, sample_deployments
 from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.router import console_router, console_stores
 
@@ -44,6 +44,7 @@ async def _sample_live(services: Services) -> None:
     n = 0
     while True:
         services.live.sample(live_gauges(services.workers))
+        sample_deployments(services)
         n += 1
         if n % VIEW_RELOAD_EVERY == 0:
             try:
