@@ -93,13 +93,14 @@ def test_an_operator_rolls_out_a_canary_from_the_console(
 
 
 def test_a_viewer_has_no_write_controls_and_a_forged_write_is_refused(
-    server: Any, page: Page
+    server: Any, page: Page, output_path: str
 ) -> None:
     base = server.base_url
     sign_in(page, base, VIEWER, "/console/deployments")
     expect(page.locator(f"#deployment-{MODEL}")).to_be_visible()
     expect(page.locator("form.canary-form")).to_have_count(0)
     expect(page.locator("button.promote")).to_have_count(0)
+    page.screenshot(path=str(Path(output_path) / "console-viewer.png"), full_page=True)
     # The page's own token, sent by hand: the role still decides.
     token = next(c["value"] for c in page.context.cookies() if c["name"] == "vigil_csrf")
     forged = page.request.post(
