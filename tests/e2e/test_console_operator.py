@@ -119,3 +119,17 @@ def test_without_a_session_the_console_shows_nothing(server: Any) -> None:
     assert page.status_code == 303 and page.headers["location"] == "/console/login?next=/console/"
     stream = httpx.get(f"{base}/console/stream", headers={"accept": "text/event-stream"})
     assert stream.status_code == 401
+
+
+def test_failed_sign_ins_are_throttled_in_the_form(server: Any, page: Page) -> None:
+    base = server.base_url
+    page.goto(f"{base}/console/login")
+    for _ in range(10):
+        page.fill("input[name=username]", "mallory")
+        page.fill("input[name=password]", "a guess")
+        page.click("#login-form button[type=submit]")
+        expect(page.locator("#login-error")).to_contain_text("Wrong username or password")
+    page.fill("input[name=username]", "mallory")
+    page.fill("input[name=password]", "another guess")
+    page.click("#login-form button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("Too many failed sign-ins")

@@ -19,6 +19,8 @@ from vigil.platform.control.access.repository import SessionRepository
 from vigil.platform.control.access.tables import ConsoleSession
 from vigil.platform.control.db import Service, aware, utcnow
 
+RENEW_GRANULARITY = timedelta(seconds=60)
+
 
 def _hash(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
@@ -51,6 +53,10 @@ class SessionService(Service):
             return row.data
 
     async def set(self, session_id: str, data: bytes, expires_in_s: int) -> None:
+        """Store the data until `expires_in_s` from now. The middleware calls this after
+        every request; a session whose data is unchanged and whose expiry would move by
+        less than RENEW_GRANULARITY is not written again (a page polling every 2 s
+        would otherwise write its row every 2 s)."""
         expires_at = self.clock() + timedelta(seconds=expires_in_s)
         async with self._sessions.begin() as session:
             repo = SessionRepository(session)
@@ -59,7 +65,7 @@ class SessionService(Service):
                 repo.add(
                     ConsoleSession(key_hash=_hash(session_id), data=data, expires_at=expires_at)
                 )
-            else:
+            elif row.data != data or expires_at - aware(row.expires_at) >= RENEW_GRANULARITY:
                 row.data, row.expires_at = data, expires_at
 
     async def delete(self, session_id: str) -> None:
