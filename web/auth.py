@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from litestar import Request
 from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
@@ -113,3 +114,14 @@ def session_for(user: UserRecord) -> dict[str, Any]:
 def provide_viewer(request: Request[Any, Any, Any]) -> Viewer:
     viewer: Viewer = request.state[STATE_KEY]
     return viewer
+
+
+def provide_actor(request: Request[Any, Any, Any]) -> str:
+    """The signed-in user's name, for the audit log: every write needs one (the guard
+    lets no one else through to a write)."""
+    user = provide_viewer(request).user
+    assert user is not None, "console_guard admits writes from signed-in users only"
+    return user.username
+
+
+Actor: TypeAlias = NamedDependency[str]

@@ -16,7 +16,7 @@ from litestar.middleware.csrf import CSRFMiddleware
 from litestar.stores.base import Store
 
 from vigil.platform.services import Services
-from vigil.web.auth import console_guard, provide_viewer
+from vigil.web.auth import console_guard, provide_actor, provide_viewer
 from vigil.web.errors import EXCEPTION_HANDLERS
 from vigil.web.pages.alerts import AlertsController
 from vigil.web.pages.deployments import DeploymentsController
@@ -40,6 +40,7 @@ def console_router(services: Services) -> Router:
         cookie_path="/console",
         header_name=CSRF_HEADER,
         cookie_samesite="strict",
+        cookie_httponly=True,  # pages carry the token themselves; no script reads the cookie
     )
     return Router(
         path="/console",
@@ -62,7 +63,10 @@ def console_router(services: Services) -> Router:
             session_config(settings.console_session_s).middleware,
             DefineMiddleware(CSRFMiddleware, config=csrf),
         ],
-        dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
+        dependencies={
+            "viewer": Provide(provide_viewer, sync_to_thread=False),
+            "actor": Provide(provide_actor, sync_to_thread=False),
+        },
         exception_handlers=EXCEPTION_HANDLERS,
         include_in_schema=False,
     )

@@ -13,7 +13,7 @@ from litestar.response import Template
 from vigil.platform.control.webhooks.records import WebhookEvent, WebhookFormat
 from vigil.platform.errors import InvalidRequest
 from vigil.platform.services import Services
-from vigil.web.auth import OPERATOR, Viewer
+from vigil.web.auth import OPERATOR, Actor
 from vigil.web.forms import form_of, text
 from vigil.web.render import render
 
@@ -42,7 +42,7 @@ class AlertsController(Controller):
 
     @post("/webhooks", opt=OPERATOR)
     async def create(
-        self, request: Request[Any, Any, Any], services: Services, viewer: Viewer
+        self, request: Request[Any, Any, Any], services: Services, actor: Actor
     ) -> Template:
         form = await form_of(request)
         name, url = text(form, "name"), text(form, "url")
@@ -54,7 +54,7 @@ class AlertsController(Controller):
         if fmt not in FORMATS:
             raise InvalidRequest(f"'format' must be one of {', '.join(FORMATS)}.", param="format")
         record, secret = await services.plane.webhooks.create(
-            name, url, events, format=WebhookFormat(fmt), actor=str(viewer.name)
+            name, url, events, format=WebhookFormat(fmt), actor=actor
         )
         return render(
             request,
@@ -67,11 +67,11 @@ class AlertsController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         name: FromPath[str],
     ) -> Template:
         enabled = text(await form_of(request), "enabled") == "true"
-        await services.plane.webhooks.update(name, enabled=enabled, actor=str(viewer.name))
+        await services.plane.webhooks.update(name, enabled=enabled, actor=actor)
         return render(request, "alerts/_webhooks.html", **await _hooks(services))
 
     @post("/webhooks/{name:str}/delete", opt=OPERATOR)
@@ -79,10 +79,10 @@ class AlertsController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         name: FromPath[str],
     ) -> Template:
-        await services.plane.webhooks.delete(name, actor=str(viewer.name))
+        await services.plane.webhooks.delete(name, actor=actor)
         return render(
             request,
             "alerts/_webhooks.html",

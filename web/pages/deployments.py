@@ -5,6 +5,7 @@ is answered 409 with who changed the deployment since, and how, and the card red
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Controller, Request, get, post
@@ -17,7 +18,7 @@ from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.errors import Conflict
 from vigil.platform.services import Services
 from vigil.platform.slo.sli import SLI
-from vigil.web.auth import OPERATOR, Viewer
+from vigil.web.auth import OPERATOR, Actor
 from vigil.web.forms import form_of, text, whole
 from vigil.web.render import render
 
@@ -118,7 +119,7 @@ class DeploymentsController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         name: FromPath[str],
     ) -> Template:
         form = await form_of(request)
@@ -130,7 +131,7 @@ class DeploymentsController(Controller):
 
         async def write() -> DeploymentRecord:
             return await services.plane.deployments.set_canary(
-                name, key, weight, revision=revision, actor=str(viewer.name)
+                name, key, weight, revision=revision, actor=actor
             )
 
         return await _written(
@@ -142,15 +143,13 @@ class DeploymentsController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         name: FromPath[str],
     ) -> Template:
         revision = whole(await form_of(request), "revision", low=1, required=False)
 
         async def write() -> DeploymentRecord:
-            return await services.plane.deployments.promote(
-                name, revision=revision, actor=str(viewer.name)
-            )
+            return await services.plane.deployments.promote(name, revision=revision, actor=actor)
 
         return await _written(request, services, name, write, f"{name}: the canary is now stable.")
 
@@ -159,21 +158,23 @@ class DeploymentsController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         name: FromPath[str],
     ) -> Template:
         revision = whole(await form_of(request), "revision", low=1, required=False)
 
         async def write() -> DeploymentRecord:
-            return await services.plane.deployments.rollback(
-                name, revision=revision, actor=str(viewer.name)
-            )
+            return await services.plane.deployments.rollback(name, revision=revision, actor=actor)
 
         return await _written(request, services, name, write, f"{name}: the canary is dropped.")
 
 
 async def _written(
-    request: Request[Any, Any, Any], services: Services, name: str, write: Any, done: str
+    request: Request[Any, Any, Any],
+    services: Services,
+    name: str,
+    write: Callable[[], Awaitable[DeploymentRecord]],
+    done: str,
 ) -> Template:
     """The redrawn card and a message; on a stale revision, 409 with what changed since."""
     try:

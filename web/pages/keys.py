@@ -12,7 +12,7 @@ from litestar.response import Template
 from vigil.engine.request import Priority
 from vigil.platform.errors import InvalidRequest
 from vigil.platform.services import Services
-from vigil.web.auth import ADMIN, Viewer
+from vigil.web.auth import ADMIN, Actor
 from vigil.web.forms import form_of, text, whole
 from vigil.web.render import render
 
@@ -33,7 +33,7 @@ class KeysController(Controller):
 
     @post("/")
     async def create(
-        self, request: Request[Any, Any, Any], services: Services, viewer: Viewer
+        self, request: Request[Any, Any, Any], services: Services, actor: Actor
     ) -> Template:
         form = await form_of(request)
         name = text(form, "name")
@@ -44,7 +44,7 @@ class KeysController(Controller):
         models = form.getall("models", []) or None
         rate = whole(form, "rate_limit_per_minute", low=1, required=False)
         record, plaintext = await services.plane.keys.create(
-            name, priority, models, rate, actor=str(viewer.name)
+            name, priority, models, rate, actor=actor
         )
         return render(
             request, "keys/_keys.html", **await _keys(services, created=record, plaintext=plaintext)
@@ -55,10 +55,10 @@ class KeysController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         name: FromPath[str],
     ) -> Template:
-        await services.plane.keys.revoke(name, actor=str(viewer.name))
+        await services.plane.keys.revoke(name, actor=actor)
         return render(
             request,
             "keys/_keys.html",

@@ -61,19 +61,19 @@ class AuditController(Controller):
         viewer: Viewer,
         entity_type: str | None = None,
         entity_name: str | None = None,
-        actor: str | None = None,
+        by: Annotated[str | None, QueryParameter(name="actor")] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)] = 100,
     ) -> Template:
         hidden = frozenset() if viewer.is_admin else ADMIN_ONLY_ENTITIES
         entries = await services.plane.audit.list(
-            entity_type or None, entity_name or None, limit, hidden, actor or None
+            entity_type or None, entity_name or None, limit, hidden, by or None
         )
         template = "audit/_rows.html" if is_htmx(request) else "audit/index.html"
         types = [t for t in AUDIT_TYPES if t not in hidden]
         chosen = {
             "entity_type": entity_type or "",
             "entity_name": entity_name or "",
-            "actor": actor or "",
+            "actor": by or "",
         }
         return render(request, template, area="audit", entries=entries, types=types, chosen=chosen)
 

@@ -12,7 +12,7 @@ from litestar.response import Template
 
 from vigil.platform.control.specs import SLOTargets
 from vigil.platform.services import Services
-from vigil.web.auth import OPERATOR, Viewer
+from vigil.web.auth import OPERATOR, Actor
 from vigil.web.forms import checked, decimal, form_of, whole
 from vigil.web.render import render
 
@@ -66,11 +66,11 @@ class SLOsController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         name: FromPath[str],
     ) -> Template:
         targets = _targets(await form_of(request))
-        await services.plane.deployments.set_slo(name, targets, actor=str(viewer.name))
+        await services.plane.deployments.set_slo(name, targets, actor=actor)
         return render(
             request,
             "slos/_card.html",

@@ -13,7 +13,7 @@ from litestar.response import Template
 from vigil.engine.bundled import ModelFormat
 from vigil.platform.errors import InvalidRequest
 from vigil.platform.services import Services
-from vigil.web.auth import OPERATOR, Viewer
+from vigil.web.auth import OPERATOR, Actor
 from vigil.web.forms import decimal, form_of, text, whole
 from vigil.web.render import render
 
@@ -79,7 +79,7 @@ class VersionsController(Controller):
 
     @post("/", opt=OPERATOR)
     async def register(
-        self, request: Request[Any, Any, Any], services: Services, viewer: Viewer
+        self, request: Request[Any, Any, Any], services: Services, actor: Actor
     ) -> Template:
         form = await form_of(request)
         model, version, artifact = (
@@ -97,7 +97,7 @@ class VersionsController(Controller):
             artifact,
             format=ModelFormat(fmt) if fmt else None,
             params=_params(form),
-            actor=str(viewer.name),
+            actor=actor,
         )
         return render(
             request,
@@ -113,13 +113,11 @@ class VersionsController(Controller):
         self,
         request: Request[Any, Any, Any],
         services: Services,
-        viewer: Viewer,
+        actor: Actor,
         model: FromPath[str],
         version: FromPath[str],
     ) -> Template:
-        record = await services.plane.versions.retire_version(
-            model, version, actor=str(viewer.name)
-        )
+        record = await services.plane.versions.retire_version(model, version, actor=actor)
         return render(
             request,
             "versions/_table.html",
