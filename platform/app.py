@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from litestar import Litestar, Request, Router
+from litestar import Litestar, Request
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -18,7 +18,6 @@ from litestar.template import TemplateConfig
 
 import vigil.web
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
-from vigil.platform.api.admin.auth import admin_guard
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.internal import WorkerController
@@ -27,14 +26,15 @@ from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
-from vigil.platform.services import REPLICA_WRITE_S, Services, live_gauges
+from vigil.platform.services import REPLICA_WRITE_S, Services, live_gauges, sample_deployments
 from vigil.platform.worker.supervisor import LocalWorkers
-from vigil.web.console import ConsoleController
+from vigil.web.router import console_router, console_stores
 
 log = logging.getLogger(__name__)
 
 LIVE_SAMPLE_INTERVAL_S = 1.0
 VIEW_RELOAD_EVERY = 5  # samples
+SESSION_PURGE_EVERY = 300  # samples: expired console sessions deleted every 5 minutes
 SLO_INTERVAL_S = 1.0
 
 
@@ -45,6 +45,7 @@ async def _sample_live(services: Services) -> None:
     n = 0
     while True:
         services.live.sample(live_gauges(services.workers))
+        sample_deployments(services)
         n += 1
         if n % VIEW_RELOAD_EVERY == 0:
             try:
@@ -55,6 +56,11 @@ async def _sample_live(services: Services) -> None:
                 await services.plane.replicas.mark_silent_down(silent_s)
             except Exception:  # serving goes on with the view it has
                 log.exception("could not reload the serving view")
+        if n % SESSION_PURGE_EVERY == 0:
+            try:
+                await services.plane.sessions.purge_expired()
+            except Exception:  # they are refused when read anyway
+                log.exception("could not delete expired console sessions")
         await asyncio.sleep(LIVE_SAMPLE_INTERVAL_S)
 
 
@@ -76,15 +82,6 @@ def _principal(services: Services):  # type: ignore[no-untyped-def]
         )
 
     return principal
-
-
-def _console(services: Services) -> Router:
-    """The console, behind a user's credentials whenever /v1 needs keys: what it shows
-    (deployments, versions, load) is for operators."""
-    guards = (
-        [admin_guard(services.plane, services.sign_ins)] if services.settings.auth == "keys" else []
-    )
-    return Router(path="/", route_handlers=[ConsoleController], guards=guards)
 
 
 def create_app(services: Services, local_workers: LocalWorkers | None = None) -> Litestar:
@@ -121,7 +118,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
     return Litestar(
         route_handlers=[
             OpenAIController,
-            _console(services),
+            console_router(services),
             WorkerController,
             admin_router(
                 services.plane,
@@ -153,6 +150,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
         openapi_config=OpenAPIConfig(
             title="Vigil", version="0.1.0", path="/schema", components=[ADMIN_OPENAPI_COMPONENTS]
         ),
+        stores=console_stores(services),
         lifespan=[lifespan],
         logging_config=None,  # the CLI configures logging once for every part
     )

@@ -175,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Redis for state several gateways share (failed sign-ins), e.g. "
         "redis://127.0.0.1:6379; default: kept in this process  [VIGIL_REDIS_URL]",
     )
+    serve.add_argument(
+        "--console-session",
+        type=int,
+        help="seconds a console session lasts without a request (28800); every gateway "
+        "behind one address needs the same VIGIL_CONSOLE_SECRET  [VIGIL_CONSOLE_SESSION]",
+    )
     _add_engine_flags(serve)
 
     worker = sub.add_parser(

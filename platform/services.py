@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -26,7 +28,7 @@ from vigil.platform.gateway.lease import LoadBook
 from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
 from vigil.platform.gateway.readiness import VersionState, version_error, version_states
 from vigil.platform.gateway.router import Router
-from vigil.platform.gateway.serving import ServingView
+from vigil.platform.gateway.serving import LONG_POOL_SUFFIX, ServingView
 from vigil.platform.gateway.shadow import ShadowMirror
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
@@ -36,6 +38,7 @@ from vigil.platform.slo.actions import ActionBoard
 from vigil.platform.slo.loop import SLOLoop
 from vigil.platform.slo.metrics import AlertsCollector, SLOCollector
 from vigil.platform.slo.tracker import SLOTracker
+from vigil.platform.telemetry.deployments import DeploymentSeries, EngineGauges
 from vigil.platform.telemetry.live import Gauges, LiveSeries
 from vigil.platform.telemetry.metrics import (
     EngineSnapshot,
@@ -77,6 +80,8 @@ class Services:
     actions: ActionBoard
     slo_loop: SLOLoop
     delivery: WebhookDelivery
+    console_secret: str  # signs the console's CSRF tokens
+    series: DeploymentSeries  # the console's live charts, per deployment
     tracing: Tracing | None  # None: tracing off
     draining: bool = False  # SIGTERM: /readyz fails while running requests finish
     _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
@@ -213,7 +218,8 @@ def build_services(
     slos = SLOTracker()
     actions = ActionBoard()
     registry.register(SLOCollector(slos))
-    recorder = RequestRecorder(metrics, live, slos)
+    series = DeploymentSeries()
+    recorder = RequestRecorder(metrics, live, slos, series)
     loads = LoadBook(recorder)
     router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
@@ -254,11 +260,48 @@ def build_services(
         delivery=WebhookDelivery(
             plane.outbox, http, settings.webhook_max_age_s, wake=plane.outbox_written
         ),
+        console_secret=settings.console_secret
+        or read_or_make_secret(settings.data_dir / "console-secret"),
+        series=series,
     )
+
+
+def read_or_make_secret(path: Path) -> str:
+    """The secret kept in `path`, made (readable by this user only) when there is none,
+    so that the console's tokens outlive a restart."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    secret = secrets.token_urlsafe(32)
+    path.write_text(secret + "\n")
+    return secret
 
 
 def engine_snapshots(workers: WorkerRegistry) -> list[EngineSnapshot]:
     return [EngineSnapshot(key, replica, stats) for key, replica, stats in workers.engine_stats()]
+
+
+def sample_deployments(services: Services) -> None:
+    """A point on each deployment's live charts: its engines' gauges (every worker's
+    engines of its versions, long-prompt pools included), its SLO target, and what the
+    SLO loop has switched on."""
+    specs = list(services.view.deployments.values())
+    snaps = engine_snapshots(services.workers)
+    for spec in specs:
+        keys = {v.key for v in spec.versions}
+        mine = [s.stats for s in snaps if s.engine.removesuffix(LONG_POOL_SUFFIX) in keys]
+        gauges = EngineGauges(
+            num_waiting_interactive=sum(s.num_waiting_interactive for s in mine),
+            num_waiting_batch=sum(s.num_waiting_batch for s in mine),
+            num_running=sum(s.num_running for s in mine),
+            kv_cache_usage=max((s.kv_cache_usage for s in mine), default=0.0),
+        )
+        actions = services.actions.get(spec.name)
+        services.series.sample(
+            spec.name, gauges, spec.slo.ttft_p99_s, actions.shed_batch, actions.fallback
+        )
+    services.series.forget({spec.name for spec in specs})
 
 
 def live_gauges(workers: WorkerRegistry) -> Gauges:

@@ -91,6 +91,11 @@ class ServeSettings:
     drain_delay_s: float = 5.0
     drain_timeout_s: float = 60.0
     tracing: TraceSettings = field(default_factory=lambda: TraceSettings())
+    # Signs the console's CSRF tokens; gateways behind one address share it. None: kept
+    # in DATA_DIR/console-secret, made on first start.
+    console_secret: str | None = None
+    # A console session ends after this long without a request (it is renewed by each).
+    console_session_s: int = 8 * 3600
 
     @property
     def resolved_model_dirs(self) -> tuple[Path, ...]:
@@ -276,6 +281,13 @@ def serve_settings(
             _pick(flags.get("max_prompt_chars"), env, "MAX_PROMPT_CHARS"),
             "max prompt chars",
             d.max_prompt_chars,
+        ),
+        console_secret=_env(env, "CONSOLE_SECRET"),
+        console_session_s=_int(
+            _pick(flags.get("console_session"), env, "CONSOLE_SESSION"),
+            "console session",
+            d.console_session_s,
+            minimum=60,
         ),
     )
 

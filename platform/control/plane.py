@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from vigil.engine.bundled import ModelKind
 from vigil.platform.control.access.keys import ApiKeyService
+from vigil.platform.control.access.sessions import SessionService
 from vigil.platform.control.access.users import UserService
 from vigil.platform.control.alerts.service import AlertService
 from vigil.platform.control.audit.service import AuditService
@@ -61,6 +62,7 @@ class ControlPlane:
         self.webhooks = WebhookService(sessions, self._changed)
         self.users = UserService(sessions, self._changed, hasher=password_hasher)
         self.keys = ApiKeyService(sessions, self._changed)
+        self.sessions = SessionService(sessions)  # console sign-ins: not admin writes
         self.audit = AuditService(sessions)
         self.replicas = ReplicaService(sessions)
         # Set when a webhook message is owed, so the delivery loop need not wait its poll.

@@ -64,8 +64,8 @@ class LiveSeries:
             num_running=gauges.num_running,
             kv_cache_usage=gauges.kv_cache_usage,
             output_tokens_per_s=rate,
-            ttft_p50_s=_quantile(ttfts, 0.50),
-            ttft_p99_s=_quantile(ttfts, 0.99),
+            ttft_p50_s=quantile(ttfts, 0.50),
+            ttft_p99_s=quantile(ttfts, 0.99),
             num_requests_total=self._num_requests,
         )
         self.points.append(point)
@@ -75,7 +75,7 @@ class LiveSeries:
         return self.points[-1] if self.points else None
 
 
-def _quantile(sorted_values: list[float], q: float) -> float | None:
+def quantile(sorted_values: list[float], q: float) -> float | None:
     """Nearest-rank quantile: the smallest value with at least q of the values at or below it."""
     if not sorted_values:
         return None

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from vigil.engine.request import Priority, RequestClock
+from vigil.platform.telemetry.deployments import DeploymentSeries
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
 
@@ -62,11 +63,18 @@ class RecordSink(Protocol):
 
 
 class RequestRecorder:
-    def __init__(self, metrics: Metrics, live: LiveSeries, sink: RecordSink | None = None) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        live: LiveSeries,
+        sink: RecordSink | None = None,
+        series: DeploymentSeries | None = None,
+    ) -> None:
         self.metrics = metrics
         self.live = live
         self.sink = sink
         self._known: set[tuple[str, str]] = set()
+        self.series = series or DeploymentSeries()  # the console's charts per deployment
 
     def admission(self, deployment: str, version: str, decision: str, reason: str) -> None:
         """An admission verdict: admitted, shed, or fallback (then a second verdict on
@@ -82,6 +90,9 @@ class RequestRecorder:
         m.admission.labels(deployment, version, decision, reason).inc()
         if decision == "shed":
             m.requests.labels(deployment, version, Outcome.SHED.value).inc()
+            self.series.add_end(deployment, Outcome.SHED.value)
+        elif decision == "fallback":
+            self.series.add_fallback(deployment)
         if self.sink is not None and decision in ("admitted", "shed"):
             self.sink.admission(deployment, version, decision == "admitted")
 
@@ -102,11 +113,13 @@ class RequestRecorder:
         m.generation_tokens.labels(deployment, version).inc(num_tokens)
         if not shadow:
             self.live.add_tokens(num_tokens)
+            self.series.add_tokens(deployment, num_tokens)
         if clock.last_token_ts is None:
             ttft_s = token_ts - clock.arrival_ts
             m.ttft.labels(deployment, version).observe(ttft_s, exemplar)
             if not shadow:
                 self.live.add_ttft(ttft_s, token_ts)
+                self.series.add_ttft(deployment, ttft_s, token_ts)
         else:
             m.itl.labels(deployment, version).observe(token_ts - clock.last_token_ts)
 
@@ -116,6 +129,7 @@ class RequestRecorder:
         m.requests.labels(*d, record.outcome.value).inc()
         if not record.shadow:
             self.live.add_request()
+            self.series.add_end(record.deployment, record.outcome.value)
         if self.sink is not None:
             self.sink.record(record)
         if record.outcome is Outcome.ABORT:
@@ -135,3 +149,4 @@ class RequestRecorder:
         outcome = Outcome.STOP if ok else Outcome.ERROR
         m.requests.labels(deployment, version, outcome.value).inc()
         self.live.add_request()
+        self.series.add_end(deployment, outcome.value)

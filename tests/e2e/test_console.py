@@ -1,4 +1,5 @@
-"""The console's overview in Debian's Chromium: live numbers move while a request streams."""
+"""The console's overview in Debian's Chromium: live numbers and charts move while a
+request streams."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+MODEL = "smollm2-135m-instruct"
 
 
 def test_overview_updates_while_a_request_streams(vigil_server, page: Page, output_path) -> None:
@@ -42,6 +45,13 @@ def test_overview_updates_while_a_request_streams(vigil_server, page: Page, outp
         expect(page.locator("#stat-running")).to_have_text("1", timeout=20_000)
         expect(page.locator("#stat-tokens-per-s")).not_to_have_text("0.0", timeout=10_000)
         expect(page.locator("#stat-kv-usage")).not_to_have_text("0.0%")
+        # The deployment's tokens/s chart: its newest point moves off zero, and on.
+        newest = f"window.vigilLive[{MODEL!r}].data.tokens[1].at(-1)"
+        page.wait_for_function(f"{newest} > 0", timeout=10_000)
+        first_ts = page.evaluate(f"window.vigilLive[{MODEL!r}].data.tokens[0].at(-1)")
+        page.wait_for_function(
+            f"window.vigilLive[{MODEL!r}].data.tokens[0].at(-1) > {first_ts}", timeout=5_000
+        )
         page.screenshot(path=str(Path(output_path) / "console-streaming.png"), full_page=True)
     finally:
         worker.join(timeout=120)

@@ -46,6 +46,21 @@ SAME_SITE = frozenset({"same-origin", "none"})  # Sec-Fetch-Site of a page's own
 def same_site_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     if connection.scope.get("method") not in UNSAFE_METHODS:
         return
+    refuse_cross_site(connection)
+    headers = connection.headers
+    has_body = int(headers.get("content-length") or 0) > 0 or "transfer-encoding" in headers
+    media_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
+    if has_body and media_type != "application/json":
+        raise UnsupportedMediaType(
+            f"The admin API takes JSON bodies: send 'Content-Type: application/json' "
+            f"(got {media_type or 'none'!r}).",
+            code="unsupported_media_type",
+        )
+
+
+def refuse_cross_site(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+    """A write a browser marks as coming from another site is refused (the console's
+    forms carry a CSRF token as well; this holds even if one leaked)."""
     headers = connection.headers
     site = headers.get("sec-fetch-site")
     origin = headers.get("origin")
@@ -56,14 +71,6 @@ def same_site_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteH
             f"A write to the admin API from another site ({origin or site}) is refused: "
             "call it from a script, the CLI or this server's own console.",
             code="cross_site_request",
-        )
-    has_body = int(headers.get("content-length") or 0) > 0 or "transfer-encoding" in headers
-    media_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
-    if has_body and media_type != "application/json":
-        raise UnsupportedMediaType(
-            f"The admin API takes JSON bodies: send 'Content-Type: application/json' "
-            f"(got {media_type or 'none'!r}).",
-            code="unsupported_media_type",
         )
 
 
@@ -95,7 +102,7 @@ def admin_guard(plane: ControlPlane, throttle: SignInThrottle) -> Guard:
                 code="missing_credentials",
                 scheme="Basic",
             )
-        user = await _sign_in(plane, throttle, *credentials, _address(connection))
+        user = await sign_in(plane, throttle, *credentials, client_address(connection))
         needed = Role(handler.opt.get("role", Role.VIEWER))
         if not user.may(needed):
             raise PermissionDenied(
@@ -109,7 +116,7 @@ def admin_guard(plane: ControlPlane, throttle: SignInThrottle) -> Guard:
     return guard
 
 
-async def _sign_in(
+async def sign_in(
     plane: ControlPlane, throttle: SignInThrottle, username: str, password: str, address: str
 ) -> UserRecord:
     """The user, unless the password is wrong or too many attempts have failed lately
@@ -135,7 +142,7 @@ async def _sign_in(
     )
 
 
-def _address(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+def client_address(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
     return connection.client.host if connection.client else "unknown"
 
 

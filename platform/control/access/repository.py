@@ -1,12 +1,14 @@
-"""The users' and API keys' SQL."""
+"""The SQL of users, API keys and console sessions."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from datetime import datetime
+
+from sqlalchemy import delete, func, select
 
 from vigil.platform.control.access.records import Role
-from vigil.platform.control.access.tables import ApiKey, User
-from vigil.platform.control.db import NamedRepository
+from vigil.platform.control.access.tables import ApiKey, ConsoleSession, User
+from vigil.platform.control.db import NamedRepository, Repository
 
 
 class UserRepository(NamedRepository[User]):
@@ -25,3 +27,21 @@ class ApiKeyRepository(NamedRepository[ApiKey]):
     async def by_hash(self, key_hash: str) -> ApiKey | None:
         stmt = select(ApiKey).where(ApiKey.key_hash == key_hash)
         return (await self.session.execute(stmt)).scalar_one_or_none()
+
+
+class SessionRepository(Repository[ConsoleSession]):
+    async def get(self, key_hash: str) -> ConsoleSession | None:
+        return await self.session.get(ConsoleSession, key_hash)
+
+    async def delete_key(self, key_hash: str) -> None:
+        await self.session.execute(
+            delete(ConsoleSession).where(ConsoleSession.key_hash == key_hash)
+        )
+
+    async def delete_all(self) -> None:
+        await self.session.execute(delete(ConsoleSession))
+
+    async def delete_expired(self, now: datetime) -> int:
+        stmt = delete(ConsoleSession).where(ConsoleSession.expires_at <= now)
+        result = await self.session.execute(stmt)
+        return int(result.rowcount)  # type: ignore[attr-defined]

@@ -1,10 +1,11 @@
-"""The users and API keys tables. Schema changes go through Alembic only."""
+"""The users, API keys and console sessions tables. Schema changes go through Alembic
+only."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Integer, String
+from sqlalchemy import DateTime, Integer, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from vigil.platform.control.db import Base, utcnow
@@ -41,3 +42,15 @@ class ApiKey(Base):
     rate_limit_per_minute: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+
+class ConsoleSession(Base):
+    """A signed-in console session, kept server-side so that every gateway on the
+    database knows it and signing out ends it everywhere. Only a hash of the session id
+    (the cookie) is stored, as for API keys: reading the table signs nobody in."""
+
+    __tablename__ = "console_sessions"
+
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # hex SHA-256
+    data: Mapped[bytes] = mapped_column(LargeBinary)  # the session, as the middleware wrote it
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

@@ -40,6 +40,7 @@ class AuditRepository(Repository[AuditEntry]):
         entity_name: str | None,
         limit: int,
         hidden_types: frozenset[str] = frozenset(),
+        actor: str | None = None,
     ) -> Sequence[AuditEntry]:
         stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
         if hidden_types:
@@ -48,4 +49,6 @@ class AuditRepository(Repository[AuditEntry]):
             stmt = stmt.where(AuditEntry.entity_type == entity_type)
         if entity_name is not None:
             stmt = stmt.where(AuditEntry.entity_name == entity_name)
+        if actor is not None:
+            stmt = stmt.where(AuditEntry.actor == actor)
         return (await self.session.execute(stmt)).scalars().all()

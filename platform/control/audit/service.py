@@ -18,6 +18,7 @@ class AuditService(Service):
         entity_name: str | None = None,
         limit: int = 100,
         hidden_types: frozenset[str] = frozenset(),
+        actor: str | None = None,
     ) -> list[AuditRecord]:
         """Newest first (ids grow with time), without entries about `hidden_types` (the
         records a reader's role may not see)."""
@@ -27,7 +28,7 @@ class AuditService(Service):
             )
         async with self._sessions() as session:
             rows = await AuditRepository(session).newest(
-                entity_type, entity_name, limit, hidden_types
+                entity_type, entity_name, limit, hidden_types, actor
             )
             return [AuditRecord.of(row) for row in rows]
 

@@ -34,6 +34,7 @@ TABLES = {
     "decisions",
     "webhook_outbox",
     "webhook_attempts",
+    "console_sessions",
 }
 
 

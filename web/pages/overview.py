@@ -1,8 +1,10 @@
-"""The admin console: the live overview page and its Server-Sent Events stream.
+"""The console's overview: live numbers and, per deployment, live charts (the last 15
+minutes, one point a second) over Server-Sent Events.
 
-The page includes its fragments; the stream re-renders the stats fragment once
-a second and htmx swaps it in place (htmx-ext-sse), so a number on screen is
-never more than a second old.
+The page includes its fragments; the stream re-renders the stats fragment once a
+second and htmx swaps it in place (htmx-ext-sse), so a number on screen is never more
+than a second old. The fragment carries each deployment's newest point as JSON, which
+live.js appends to its charts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage, Template
 
 from vigil.platform.gateway.readiness import version_error, version_states
 from vigil.platform.services import Services
-from vigil.platform.telemetry.live import LivePoint
+from vigil.web.render import render
 
 STREAM_INTERVAL_S = 1.0
 
@@ -25,8 +27,10 @@ STREAM_INTERVAL_S = 1.0
 def _stats_context(services: Services) -> dict[str, Any]:
     view, tokenizers = services.view, services.tokenizers
     point = services.live.latest()
+    latest = {name: services.series.latest(name) for name in view.deployments}
     return {
         "point": point,
+        "points": {name: asdict(p) if p else None for name, p in latest.items()},
         "models": [
             {"name": key, "state": state.value, "error": version_error(view, tokenizers, key)}
             for key, state in version_states(view, tokenizers).items()
@@ -34,25 +38,26 @@ def _stats_context(services: Services) -> dict[str, Any]:
     }
 
 
-def _history(points: list[LivePoint]) -> list[dict[str, Any]]:
-    return [asdict(p) for p in points]
-
-
 class ConsoleController(Controller):
-    path = "/console"
-    include_in_schema = False
+    path = "/"
 
     @get("/")
-    async def overview(self, services: Services) -> Template:
+    async def overview(self, request: Request[Any, Any, Any], services: Services) -> Template:
         versions = await services.plane.versions.list_versions()
-        context = {
+        return render(
+            request,
+            "console/index.html",
+            area="overview",
             **_stats_context(services),
-            "versions": versions,
-            "history": _history(list(services.live.points)),
-        }
-        return Template("console/index.html", context=context)
+            versions=versions,
+            deployment_names=list(services.view.deployments),
+            history={
+                name: [asdict(p) for p in services.series.points(name)]
+                for name in services.view.deployments
+            },
+        )
 
-    @get("/stream")
+    @get("/stream", opt={"stream": True})
     async def stream(self, request: Request[Any, Any, Any], services: Services) -> ServerSentEvent:
         template = request.app.template_engine.get_template("console/_stats.html")  # type: ignore[union-attr]
 

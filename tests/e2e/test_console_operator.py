@@ -1,0 +1,135 @@
+"""The console in Debian's Chromium against a real `vigil serve --auth keys`: an operator
+signs in, registers a version, loads it as a canary, gives it 10% of the traffic through
+the confirm step and finds the change in the audit log; a viewer gets no write controls
+and a forged write is refused; without a session nothing is shown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+MODEL = "smollm2-135m-instruct"
+OPERATOR = ("otto", "otto-password-1")
+VIEWER = ("vera", "vera-password-1")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    data_dir = tmp_path_factory.mktemp("console-e2e")
+    create_user(data_dir, *OPERATOR, role="operator")
+    create_user(data_dir, *VIEWER, role="viewer")
+    flags = ["--auth", "keys", "--models", MODEL, "--kv-cache-memory", "96MiB"]
+    with launch_vigil(data_dir, *flags) as s:
+        yield s
+
+
+def sign_in(page: Page, base_url: str, user: tuple[str, str], path: str = "/console/") -> None:
+    page.goto(f"{base_url}{path}")
+    expect(page).to_have_url(f"{base_url}/console/login?next={path}")
+    page.fill("input[name=username]", user[0])
+    page.fill("input[name=password]", user[1])
+    page.click("#login-form button[type=submit]")
+    expect(page.locator("#signed-in-as")).to_contain_text(user[0])
+
+
+def set_canary(page: Page, version: str, weight: int) -> None:
+    card = page.locator(f"#deployment-{MODEL}")
+    card.locator("select.canary-version").select_option(version)
+    card.locator("input.canary-weight-input").fill(str(weight))
+    card.locator("button.review-canary").click()
+    expect(card.locator(".canary-confirm")).to_contain_text(f"{weight}%")
+    card.locator("button.confirm-canary").click()
+
+
+def test_an_operator_rolls_out_a_canary_from_the_console(
+    server: Any, page: Page, output_path: str
+) -> None:
+    base = server.base_url
+    sign_in(page, base, OPERATOR, "/console/versions")
+    page.fill("#register-version input[name=version]", "warm")
+    page.fill("#register-version input[name=artifact]", f"bundled:{MODEL}")
+    page.fill("#register-version input[name=temperature]", "0.2")
+    page.click("#register-version button[type=submit]")
+    expect(page.locator("#flash")).to_contain_text(f"Registered {MODEL}@warm")
+
+    # Load it as a canary with no traffic; the workers load it.
+    page.goto(f"{base}/console/deployments")
+    set_canary(page, "warm", 0)
+    card = page.locator(f"#deployment-{MODEL}")
+    expect(card.locator(".canary")).to_contain_text(f"{MODEL}@warm")
+    page.goto(f"{base}/console/versions")
+    row = page.locator(f'tr[data-key="{MODEL}@warm"]')
+    expect(row.locator("td").nth(5)).to_contain_text("ready", timeout=120_000)
+
+    # 10% of the traffic, through the confirm step.
+    page.goto(f"{base}/console/deployments")
+    set_canary(page, "warm", 10)
+    expect(card.locator(".canary-weight")).to_have_text("10%")
+    expect(page.locator("#flash")).to_contain_text("10% of requests to")
+    page.screenshot(path=str(Path(output_path) / "console-deployments.png"), full_page=True)
+
+    # The audit log says who did it.
+    page.goto(f"{base}/console/audit")
+    page.select_option("#audit-filters select[name=entity_type]", "deployment")
+    entry = page.locator("#audit-rows tr.audit-entry").first
+    expect(entry).to_contain_text("deployment.canary")
+    expect(entry).to_contain_text('"canary_weight": 10')
+    expect(entry).to_contain_text(OPERATOR[0])
+    page.screenshot(path=str(Path(output_path) / "console-audit.png"), full_page=True)
+
+    # Promote, with the browser's confirm accepted.
+    page.goto(f"{base}/console/deployments")
+    page.once("dialog", lambda dialog: dialog.accept())
+    card.locator("button.promote").click()
+    expect(card.locator(".stable")).to_have_text(f"{MODEL}@warm")
+    expect(card.locator(".canary")).to_have_text("none")
+
+
+def test_a_viewer_has_no_write_controls_and_a_forged_write_is_refused(
+    server: Any, page: Page, output_path: str
+) -> None:
+    base = server.base_url
+    sign_in(page, base, VIEWER, "/console/deployments")
+    expect(page.locator(f"#deployment-{MODEL}")).to_be_visible()
+    expect(page.locator("form.canary-form")).to_have_count(0)
+    expect(page.locator("button.promote")).to_have_count(0)
+    page.screenshot(path=str(Path(output_path) / "console-viewer.png"), full_page=True)
+    # The page's own token, sent by hand: the role still decides.
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "vigil_csrf")
+    forged = page.request.post(
+        f"{base}/console/deployments/{MODEL}/rollback",
+        headers={"x-csrftoken": token, "hx-request": "true"},
+    )
+    assert forged.status == 403
+    # Without the token, even an operator's session would be refused.
+    no_token = page.request.post(f"{base}/console/deployments/{MODEL}/rollback")
+    assert no_token.status == 403
+
+
+def test_without_a_session_the_console_shows_nothing(server: Any) -> None:
+    base = server.base_url
+    page = httpx.get(f"{base}/console/", follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"] == "/console/login?next=/console/"
+    stream = httpx.get(f"{base}/console/stream", headers={"accept": "text/event-stream"})
+    assert stream.status_code == 401
+
+
+def test_failed_sign_ins_are_throttled_in_the_form(server: Any, page: Page) -> None:
+    base = server.base_url
+    page.goto(f"{base}/console/login")
+    for _ in range(10):
+        page.fill("input[name=username]", "mallory")
+        page.fill("input[name=password]", "a guess")
+        page.click("#login-form button[type=submit]")
+        expect(page.locator("#login-error")).to_contain_text("Wrong username or password")
+    page.fill("input[name=username]", "mallory")
+    page.fill("input[name=password]", "another guess")
+    page.click("#login-form button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("Too many failed sign-ins")

@@ -1,0 +1,55 @@
+"""The console's live charts per deployment: rates between samples from the recorder's
+own events, outcomes on their lines, TTFT percentiles over a window, 15 minutes kept."""
+
+from __future__ import annotations
+
+from vigil.platform.telemetry.deployments import MAX_POINTS, DeploymentSeries, EngineGauges
+
+IDLE = EngineGauges()
+
+
+def test_rates_are_per_second_between_samples_and_per_deployment() -> None:
+    series = DeploymentSeries()
+    series.sample("chat", IDLE, 2.0, now_ts=100.0)
+    series.sample("lite", IDLE, None, now_ts=100.0)
+    series.add_tokens("chat", 40)
+    for outcome in ("stop", "length", "shed", "timed_out", "error", "abort"):
+        series.add_end("chat", outcome)
+    series.add_fallback("chat")
+    point = series.sample("chat", EngineGauges(3, 1, 2, 0.25), 2.0, now_ts=102.0)
+    assert point.output_tokens_per_s == 20.0
+    assert point.requests_per_s == {"served": 1.0, "shed": 0.5, "timed_out": 0.5, "failed": 0.5}
+    assert point.fallbacks_per_s == 0.5
+    assert (point.num_waiting_interactive, point.num_waiting_batch, point.num_running) == (3, 1, 2)
+    assert point.kv_cache_usage == 0.25 and point.ttft_target_s == 2.0
+    lite = series.sample("lite", IDLE, None, now_ts=102.0)
+    assert lite.output_tokens_per_s == 0.0 and lite.requests_per_s["served"] == 0.0
+
+
+def test_the_first_sample_has_no_rate_and_the_next_counts_from_it() -> None:
+    series = DeploymentSeries()
+    series.add_tokens("chat", 10)
+    assert series.sample("chat", IDLE, None, now_ts=50.0).output_tokens_per_s == 0.0
+    series.add_tokens("chat", 5)
+    assert series.sample("chat", IDLE, None, now_ts=51.0).output_tokens_per_s == 5.0
+
+
+def test_ttft_percentiles_are_over_the_window() -> None:
+    series = DeploymentSeries(ttft_window_s=60.0)
+    for i in range(100):
+        series.add_ttft("chat", 0.01 * (i + 1), now_ts=10.0)
+    point = series.sample("chat", IDLE, 1.0, now_ts=20.0)
+    assert (point.ttft_p50_s, point.ttft_p99_s) == (0.5, 0.99)
+    assert series.sample("chat", IDLE, 1.0, now_ts=71.0).ttft_p99_s is None
+
+
+def test_fifteen_minutes_are_kept_and_gone_deployments_forgotten() -> None:
+    series = DeploymentSeries()
+    for t in range(MAX_POINTS + 10):
+        series.sample("chat", IDLE, None, shedding_batch=t % 2 == 0, now_ts=float(t))
+    points = series.points("chat")
+    assert len(points) == MAX_POINTS == 900
+    latest = series.latest("chat")
+    assert latest is not None and latest.shedding_batch is False  # t = 909, odd
+    series.forget(keep=set())
+    assert series.points("chat") == [] and series.latest("chat") is None

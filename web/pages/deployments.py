@@ -1,0 +1,207 @@
+"""Deployments: stable and canary versions, the canary's share of traffic (with a
+confirm step that says what will change), promote and roll back, and canary vs stable
+SLIs side by side. Every write sends the revision the page was drawn from; a stale one
+is answered 409 with who changed the deployment since, and how, and the card redrawn."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath
+from litestar.response import Template
+
+from vigil.platform.control.audit.records import AuditRecord
+from vigil.platform.control.deployments.records import DeploymentRecord, VersionKey
+from vigil.platform.control.versions.records import VersionStatus
+from vigil.platform.errors import Conflict
+from vigil.platform.services import Services
+from vigil.platform.slo.sli import SLI
+from vigil.web.auth import OPERATOR, Actor
+from vigil.web.forms import form_of, text, whole
+from vigil.web.render import render
+
+
+async def _card_context(services: Services, record: DeploymentRecord) -> dict[str, Any]:
+    spec = record.spec
+    versions = [
+        v
+        for v in await services.plane.versions.list_versions(spec.stable.model)
+        if v.status is not VersionStatus.RETIRED and v.ref.version != spec.stable.version
+    ]
+    return {
+        "d": record,
+        "spec": spec,
+        "choices": versions,
+        "slis": _slis_side_by_side(services, record),
+    }
+
+
+def _slis_side_by_side(services: Services, record: DeploymentRecord) -> list[dict[str, Any]]:
+    """Per SLI: the stable's and the canary's good/total over the SLO window."""
+    status = services.slos.status(record.name)
+    spec = record.spec
+    keys = [spec.stable.key] + ([spec.canary.key] if spec.canary is not None else [])
+    rows = []
+    for sli in SLI:
+        cells = []
+        for key in keys:
+            good, total = status.versions.get(key, {}).get(sli, (0, 0)) if status else (0, 0)
+            cells.append(
+                {"good": good, "total": total, "bad": (total - good) / total if total else None}
+            )
+        rows.append({"sli": sli.value, "cells": cells})
+    return rows
+
+
+def describe_change(entry: AuditRecord) -> str:
+    """'otto set the canary (deployment.canary): canary_weight 0 -> 10' from an audit entry."""
+    before, after = entry.before or {}, entry.after or {}
+    changed = [
+        f"{k} {_short(before.get(k))} → {_short(after.get(k))}"
+        for k in sorted(set(before) | set(after))
+        if before.get(k) != after.get(k) and k not in ("revision", "reason")
+    ]
+    when = entry.at.strftime("%H:%M:%S")
+    return f"{entry.actor} at {when} ({entry.action}): " + (
+        "; ".join(changed) or "no visible change"
+    )
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict) and {"model", "version"} <= set(value):
+        return f"{value['model']}@{value['version']}"
+    return "none" if value is None else str(value)
+
+
+class DeploymentsController(Controller):
+    path = "/deployments"
+
+    @get("/")
+    async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
+        cards = [await _card_context(services, r) for r in await services.plane.deployments.list()]
+        return render(request, "deployments/index.html", area="deployments", cards=cards)
+
+    @get("/{name:str}")
+    async def card(
+        self, request: Request[Any, Any, Any], services: Services, name: FromPath[str]
+    ) -> Template:
+        record = await services.plane.deployments.get(name)
+        return render(request, "deployments/_card.html", **await _card_context(services, record))
+
+    @get("/{name:str}/canary/review", opt=OPERATOR)
+    async def review_canary(
+        self,
+        request: Request[Any, Any, Any],
+        services: Services,
+        name: FromPath[str],
+        version: str,
+        weight: str,
+        revision: int,
+    ) -> Template:
+        """The confirm step: what the change will do, before it is made."""
+        record = await services.plane.deployments.get(name)
+        form = {"version": version, "weight": weight}
+        pct = whole(form, "weight", low=0, high=100)
+        return render(
+            request,
+            "deployments/_confirm.html",
+            d=record,
+            spec=record.spec,
+            version=version,
+            weight=pct,
+            revision=revision,
+        )
+
+    @post("/{name:str}/canary", opt=OPERATOR)
+    async def set_canary(
+        self,
+        request: Request[Any, Any, Any],
+        services: Services,
+        actor: Actor,
+        name: FromPath[str],
+    ) -> Template:
+        form = await form_of(request)
+        version, weight = text(form, "version"), whole(form, "weight", low=0, high=100)
+        revision = whole(form, "revision", low=1)
+        assert version is not None and weight is not None and revision is not None
+        current = await services.plane.deployments.get(name)
+        key = VersionKey(current.spec.stable.model, version)
+
+        async def write() -> DeploymentRecord:
+            return await services.plane.deployments.set_canary(
+                name, key, weight, revision=revision, actor=actor
+            )
+
+        return await _written(
+            request, services, name, write, f"{name}: {weight}% of requests to {key}."
+        )
+
+    @post("/{name:str}/promote", opt=OPERATOR)
+    async def promote(
+        self,
+        request: Request[Any, Any, Any],
+        services: Services,
+        actor: Actor,
+        name: FromPath[str],
+    ) -> Template:
+        revision = whole(await form_of(request), "revision", low=1, required=False)
+
+        async def write() -> DeploymentRecord:
+            return await services.plane.deployments.promote(name, revision=revision, actor=actor)
+
+        return await _written(request, services, name, write, f"{name}: the canary is now stable.")
+
+    @post("/{name:str}/rollback", opt=OPERATOR)
+    async def rollback(
+        self,
+        request: Request[Any, Any, Any],
+        services: Services,
+        actor: Actor,
+        name: FromPath[str],
+    ) -> Template:
+        revision = whole(await form_of(request), "revision", low=1, required=False)
+
+        async def write() -> DeploymentRecord:
+            return await services.plane.deployments.rollback(name, revision=revision, actor=actor)
+
+        return await _written(request, services, name, write, f"{name}: the canary is dropped.")
+
+
+async def _written(
+    request: Request[Any, Any, Any],
+    services: Services,
+    name: str,
+    write: Callable[[], Awaitable[DeploymentRecord]],
+    done: str,
+) -> Template:
+    """The redrawn card and a message; on a stale revision, 409 with what changed since."""
+    try:
+        record = await write()
+    except Conflict as exc:
+        if exc.code != "revision_conflict":
+            raise
+        record = await services.plane.deployments.get(name)
+        changes = await services.plane.audit.list("deployment", name, limit=1)
+        since = describe_change(changes[0]) if changes else "unknown"
+        message = (
+            f"Not changed: {name} was changed since this page was drawn (now revision "
+            f"{record.revision}). Last change: {since}. The card below is current; "
+            "check it and apply your change again."
+        )
+        return render(
+            request,
+            "deployments/_card.html",
+            status_code=409,
+            flash_message=message,
+            flash_kind="error",
+            **await _card_context(services, record),
+        )
+    return render(
+        request,
+        "deployments/_card.html",
+        flash_message=done,
+        flash_kind="ok",
+        **await _card_context(services, record),
+    )

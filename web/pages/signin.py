@@ -1,0 +1,97 @@
+"""Signing in and out. The sign-in checks a user's password through the admin API's
+rules (`sign_in`: the per-username and per-address throttle, lockouts audited), then
+starts a session under a new id; a sign-in and a sign-out are audit entries about the
+user."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from litestar import Controller, Request, get, post
+from litestar.params import Parameter
+from litestar.response import Redirect, Response, Template
+
+from vigil.platform.api.admin.auth import client_address, sign_in
+from vigil.platform.errors import RateLimited, Unauthorized
+from vigil.platform.services import Services
+from vigil.web.auth import PUBLIC, Viewer, session_for
+from vigil.web.render import render, viewer_of
+
+HOME = "/console/"
+
+
+def _next(value: object) -> str:
+    """Where to go after signing in: a console path of this site, never another site."""
+    if not isinstance(value, str):
+        return HOME
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/console/"):
+        return HOME
+    return value
+
+
+class SignInController(Controller):
+    path = "/"
+    opt = PUBLIC
+
+    @get("/login")
+    async def form(
+        self,
+        request: Request[Any, Any, Any],
+        next_path: Annotated[str | None, Parameter(query="next")] = None,
+    ) -> Response[Any]:
+        if viewer_of(request).user is not None:
+            return Redirect(_next(next_path), status_code=303)
+        return render(request, "console/login.html", next=_next(next_path), message=None)
+
+    @post("/login")
+    async def sign_in(self, request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+        form = await request.form()
+        username, password = str(form.get("username") or ""), str(form.get("password") or "")
+        target = _next(form.get("next"))
+        address = client_address(request)
+        try:
+            user = await sign_in(services.plane, services.sign_ins, username, password, address)
+        except RateLimited as exc:
+            return _again(
+                request, target, exc.message, 429, {"Retry-After": str(exc.retry_after_s)}
+            )
+        except Unauthorized:
+            return _again(
+                request, target, "Wrong username or password, or the user is disabled.", 401
+            )
+        request.set_session(session_for(user))
+        details = {"address": address, "via": "console"}
+        await services.plane.audit.record(
+            user.username, "user.sign_in", "user", user.username, details
+        )
+        return Redirect(target, status_code=303)
+
+    @post("/logout")
+    async def sign_out(self, request: Request[Any, Any, Any], services: Services) -> Redirect:
+        viewer: Viewer = viewer_of(request)
+        if viewer.user is not None:
+            details = {"address": client_address(request), "via": "console"}
+            await services.plane.audit.record(
+                viewer.user.username, "user.sign_out", "user", viewer.user.username, details
+            )
+        request.clear_session()
+        return Redirect("/console/login", status_code=303)
+
+
+def _again(
+    request: Request[Any, Any, Any],
+    target: str,
+    message: str,
+    status_code: int,
+    headers: dict[str, str] | None = None,
+) -> Template:
+    return render(
+        request,
+        "console/login.html",
+        status_code=status_code,
+        headers=headers,
+        next=target,
+        message=message,
+    )

@@ -1,0 +1,80 @@
+"""SLOs: each deployment's targets (edited in place), and how it does against them now:
+per SLI the compliance, error budget left, burn rate per window and the alert the burn
+calls for (the admin API's /api/admin/slo numbers), with the alerts firing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath
+from litestar.response import Template
+
+from vigil.platform.control.specs import SLOTargets
+from vigil.platform.services import Services
+from vigil.web.auth import OPERATOR, Actor
+from vigil.web.forms import checked, decimal, form_of, whole
+from vigil.web.render import render
+
+
+async def _card(services: Services, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "slo": await services.plane.deployments.get_slo(name),
+        "status": services.slos.status(name),
+    }
+
+
+def _targets(form: Any) -> SLOTargets:
+    def number(name: str, low: float, high: float | None = None) -> float:
+        value = decimal(form, name, low=low, high=high)
+        assert value is not None
+        return value
+
+    min_requests = whole(form, "rollback_min_requests", low=1)
+    assert min_requests is not None
+    return SLOTargets(
+        ttft_p99_s=number("ttft_p99_s", 0.001),
+        min_tokens_per_s=number("min_tokens_per_s", 0),
+        batch_shed_fraction=number("batch_shed_fraction", 0, 1),
+        availability_target=number("availability_target", 0, 1),
+        window_s=number("window_s", 1),
+        auto_rollback=checked(form, "auto_rollback"),
+        rollback_min_requests=min_requests,
+        rollback_margin=number("rollback_margin", 0, 1),
+    )
+
+
+class SLOsController(Controller):
+    path = "/slos"
+
+    @get("/")
+    async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
+        names = [d.name for d in await services.plane.deployments.list()]
+        cards = [await _card(services, n) for n in names]
+        firing = await services.plane.alerts.recent("firing", 100)
+        return render(request, "slos/index.html", area="slos", cards=cards, firing=firing)
+
+    @get("/{name:str}")
+    async def card(
+        self, request: Request[Any, Any, Any], services: Services, name: FromPath[str]
+    ) -> Template:
+        return render(request, "slos/_card.html", **await _card(services, name))
+
+    @post("/{name:str}", opt=OPERATOR)
+    async def save(
+        self,
+        request: Request[Any, Any, Any],
+        services: Services,
+        actor: Actor,
+        name: FromPath[str],
+    ) -> Template:
+        targets = _targets(await form_of(request))
+        await services.plane.deployments.set_slo(name, targets, actor=actor)
+        return render(
+            request,
+            "slos/_card.html",
+            flash_message=f"Saved the SLO of {name}.",
+            flash_kind="ok",
+            **await _card(services, name),
+        )
