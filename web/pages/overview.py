@@ -57,6 +57,12 @@ class ConsoleController(Controller):
             },
         )
 
+    @get("/overview/versions")
+    async def versions(self, request: Request[Any, Any, Any], services: Services) -> Template:
+        """The versions table again (it redraws itself every 5 s)."""
+        versions = await services.plane.versions.list_versions()
+        return render(request, "console/_versions.html", versions=versions)
+
     @get("/stream", opt={"stream": True})
     async def stream(self, request: Request[Any, Any, Any], services: Services) -> ServerSentEvent:
         template = request.app.template_engine.get_template("console/_stats.html")  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from litestar import Controller, Request, get, post
-from litestar.params import Parameter
+from litestar.params import QueryParameter
 from litestar.response import Redirect, Response, Template
 
 from vigil.platform.api.admin.auth import client_address, sign_in
@@ -39,7 +39,7 @@ class SignInController(Controller):
     async def form(
         self,
         request: Request[Any, Any, Any],
-        next_path: Annotated[str | None, Parameter(query="next")] = None,
+        next_path: Annotated[str | None, QueryParameter(name="next")] = None,
     ) -> Response[Any]:
         if viewer_of(request).user is not None:
             return Redirect(_next(next_path), status_code=303)

@@ -63,8 +63,11 @@ def check_artifact_place(artifact: str, model_dirs: Sequence[Path]) -> None:
     hand out its checksum. Anything else gets the same answer whether it exists or not."""
     if artifact.startswith(BUNDLED_PREFIX):
         return
-    resolved = Path(artifact).resolve()
-    if not any(resolved.is_relative_to(d.resolve()) for d in model_dirs):
+    try:
+        resolved: Path | None = Path(artifact).resolve()
+    except (ValueError, OSError):  # a NUL byte or a lone surrogate names no file
+        resolved = None
+    if resolved is None or not any(resolved.is_relative_to(d.resolve()) for d in model_dirs):
         where = ", ".join(str(d) for d in model_dirs) or "none are configured"
         raise InvalidRequest(
             f"The artifact must be 'bundled:<name>' or a file or folder inside the model "

@@ -786,6 +786,8 @@ async def test_the_control_plane_runs_on_postgresql(
         "/no/such/file.gguf",
         "{tmp}/../../etc/passwd",
         "{tmp}/link-out.gguf",
+        "{tmp}/nul\x00byte.gguf",  # no file can be named so: refused, never a 500
+        "{tmp}/\udb9d.gguf",
     ],
 )
 async def test_artifacts_outside_the_model_directories_are_refused_alike(

@@ -21,3 +21,12 @@ async def test_overview_lists_the_registered_versions(console: Console) -> None:
         (SMOLLM2, bundled_version(SMOLLM2).version, "generate", "gguf"),
     ]
     assert table.count('<span class="badge badge-registered">registered</span>') == 2
+
+
+async def test_the_versions_table_redraws_with_each_versions_state(console: Console) -> None:
+    plane = console.services.plane
+    await plane.versions.register_version(SMOLLM2, "old", f"bundled:{SMOLLM2}", actor="test")
+    await plane.versions.retire_version(SMOLLM2, "old", actor="test")
+    table = (await console.get("/console/overview/versions")).text
+    assert 'hx-trigger="every 5s"' in table
+    assert re.search(r"<td>old</td>.*?badge-retired\">retired</span>", table, re.S)
