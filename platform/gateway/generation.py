@@ -302,6 +302,9 @@ class GenerationService:
             max_output_tokens=spec.max_tokens,
         )
         max_tokens = _fit(len(ids), params, deployment_caps)
+        default_cap = version.param("max_tokens")
+        if params.max_tokens is None and default_cap is not None:  # the request set none
+            max_tokens = min(max_tokens, default_cap)
         return _Placement(spec, version, key, replica, ids, max_tokens, self._load(key, replicas))
 
     def _load(self, key: str, replicas: list[Replica]) -> LoadSnapshot:

@@ -32,6 +32,10 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
             name == "top_p" and _number(value) and 0 < value <= 1
         ):
             checked[name] = float(value)
+        elif name == "max_tokens" and isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise _bad_param(name, value)
+            checked[name] = value  # the output cap of a request that sets none
         elif name == "top_k" and isinstance(value, int) and not isinstance(value, bool):
             if value < -1:
                 raise _bad_param(name, value)
@@ -48,7 +52,8 @@ def _number(value: Any) -> bool:
 def _bad_param(name: str, value: Any) -> InvalidRequest:
     allowed = (
         f"dtype ({', '.join(DTYPES)}), temperature (0 to 2), top_p (above 0, at most 1), "
-        "top_k (an integer, -1 or 0 for none)"
+        "top_k (an integer, -1 or 0 for none), max_tokens (at least 1: the cap of a "
+        "request that sets none)"
     )
     return InvalidRequest(
         f"params.{name} = {value!r} is not allowed; a version's params are {allowed}",

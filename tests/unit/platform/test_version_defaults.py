@@ -1,0 +1,64 @@
+"""A request that sets no sampling and no output cap gets its version's defaults: the
+bundled chat model's are what its model card recommends and a modest cap; a request's
+own values win, and a default cap never pushes a request past the context window."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+
+from vigil.engine.bundled import SMOLLM2, SMOLLM2_DEFAULTS
+from vigil.platform.control.specs import bundled_version
+from vigil.platform.worker.protocol import SlotLimits
+
+KEY = bundled_version(SMOLLM2).key
+ASK = {"model": SMOLLM2, "messages": [{"role": "user", "content": "What is the capital?"}]}
+
+
+@pytest.fixture
+async def gateway(tmp_path, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {KEY: ScriptedEngine(auto_release=True)})
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gw:
+        yield gw
+
+
+def engine(gateway: Gateway) -> ScriptedEngine:
+    found = gateway.workers.workers["w1"].engines[KEY]
+    assert isinstance(found, ScriptedEngine)
+    return found
+
+
+async def test_a_request_that_sets_nothing_gets_the_bundled_versions_defaults(
+    gateway: Gateway,
+) -> None:
+    defaults = dict(SMOLLM2_DEFAULTS)
+    assert bundled_version(SMOLLM2).param("temperature") == 0.2
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        assert (await client.post("/v1/chat/completions", json=ASK)).status_code == 200
+        own = {**ASK, "temperature": 0.9, "top_p": 0.5, "max_tokens": 1000}
+        assert (await client.post("/v1/chat/completions", json=own)).status_code == 200
+    first, second = (r.params for r in engine(gateway).arrived)
+    assert (first.temperature, first.top_p, first.max_tokens) == (
+        defaults["temperature"],
+        defaults["top_p"],
+        defaults["max_tokens"],
+    )
+    assert (second.temperature, second.top_p, second.max_tokens) == (0.9, 0.5, 1000)
+
+
+async def test_a_default_cap_is_clamped_to_the_context_not_refused(
+    tmp_path, smollm2_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    small = SlotLimits(max_model_len=100, kv_capacity_tokens=100, max_num_seqs=4)
+    workers.add("w1", {KEY: ScriptedEngine(auto_release=True)}, small)
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+            r = await client.post("/v1/chat/completions", json=ASK)
+            assert r.status_code == 200, r.text
+        [request] = engine(gateway).arrived
+    assert request.params.max_tokens == 100 - len(request.prompt_ids)
