@@ -281,13 +281,23 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_sqlite_dir(url: str) -> None:
-    """SQLite creates the database file, not the folder it lies in."""
+def _make_sqlite_dir(url: str, say_if_new: bool = False) -> None:
+    """SQLite creates the database file, not the folder it lies in. `say_if_new`: a
+    command that manages a server's users or keys says when it finds no database where it
+    looked (run elsewhere, it would otherwise write to a new, empty one unseen)."""
     from sqlalchemy.engine import make_url
 
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(parsed.database)
+        if say_if_new and not path.exists():
+            print(
+                f"vigil: no database at {path}: a new, empty one is made there. A server "
+                "uses the one in its own data dir: run this in the folder `vigil serve` runs "
+                "in, or pass the same --data-dir (or --database-url).",
+                file=sys.stderr,
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _keys(args: argparse.Namespace) -> int:
@@ -295,7 +305,7 @@ def _keys(args: argparse.Namespace) -> int:
     from vigil.platform.errors import VigilError
 
     url = database_url(args.database_url, args.data_dir)
-    _make_sqlite_dir(url)
+    _make_sqlite_dir(url, say_if_new=True)
     migrate(url)
     try:
         return asyncio.run(_run_keys_command(url, args))
@@ -346,7 +356,7 @@ def _admin(args: argparse.Namespace) -> int:
         print(f"vigil: {exc}", file=sys.stderr)
         return 2
     url = database_url(args.database_url, args.data_dir)
-    _make_sqlite_dir(url)
+    _make_sqlite_dir(url, say_if_new=True)
     migrate(url)
     try:
         return asyncio.run(_create_user(url, args.username, password, args.role))

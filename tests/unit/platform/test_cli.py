@@ -141,3 +141,14 @@ def test_admin_create_errors_print_a_message_and_exit_2(
             continue
         assert code == 2 and out == "" and err.startswith("vigil: ") and message in err
         assert "Traceback" not in err
+
+
+def test_a_command_run_away_from_the_servers_database_says_it_made_a_new_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "elsewhere"
+    assert main(["keys", "list", "--data-dir", str(data_dir)]) == 0
+    err = capsys.readouterr().err
+    assert f"no database at {data_dir / 'vigil.db'}" in err and "--data-dir" in err
+    assert main(["keys", "list", "--data-dir", str(data_dir)]) == 0
+    assert "no database" not in capsys.readouterr().err  # found the second time
