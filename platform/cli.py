@@ -63,6 +63,74 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--embed-max-wait-ms", type=float, help="embedding batch window (5 ms)")
 
 
+# The variables `vigil serve` and `vigil worker` read for their flags (settings.py), by
+# the flag's dest: each flag's help names its own.
+SERVE_ENV = {
+    dest: f"VIGIL_{dest.upper()}"
+    for dest in [
+        "host",
+        "port",
+        "data_dir",
+        "database_url",
+        "models",
+        "config",
+        "auth",
+        "sse_keepalive",
+        "workers",
+        "routing",
+        "max_request_bytes",
+        "max_prompt_chars",
+        "redis_url",
+        "webhook_max_age",
+        "log_level",
+        "log_format",
+        "drain_delay",
+        "drain_timeout",
+        "trace_buffer",
+        "console_session",
+    ]
+} | {
+    "model_dir": "VIGIL_MODEL_DIRS",
+    "otlp_endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "trace_sample_ratio": "OTEL_TRACES_SAMPLER_ARG",
+}
+WORKER_ENV = {
+    dest: f"VIGIL_{dest.upper()}"
+    for dest in [
+        "gateway",
+        "worker_id",
+        "advertise_host",
+        "log_level",
+        "log_format",
+        "drain_timeout",
+    ]
+} | {"otlp_endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT"}
+ENGINE_ENV = {
+    dest: f"VIGIL_{dest.upper()}"
+    for dest in [
+        "device",
+        "dtype",
+        "torch_threads",
+        "block_size",
+        "kv_cache_memory",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "max_model_len",
+        "max_queue_wait",
+        "batch_aging",
+        "embed_max_batch_size",
+        "embed_max_wait_ms",
+    ]
+}
+
+
+def _name_variables(parser: argparse.ArgumentParser, env: dict[str, str]) -> None:
+    for action in parser._actions:
+        name = env.get(action.dest)
+        if name and action.help and f"[{name}]" not in action.help:
+            action.help = f"{action.help}  [{name}]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vigil", description="Vigil: observability-first model serving."
@@ -182,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         "behind one address needs the same VIGIL_CONSOLE_SECRET  [VIGIL_CONSOLE_SESSION]",
     )
     _add_engine_flags(serve)
+    _name_variables(serve, SERVE_ENV | ENGINE_ENV)
 
     worker = sub.add_parser(
         "worker", help="run engines for a gateway (its token in VIGIL_WORKER_TOKEN)"
@@ -206,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="send this worker's spans over OTLP/HTTP  [OTEL_EXPORTER_OTLP_ENDPOINT]",
     )
     _add_engine_flags(worker)
+    _name_variables(worker, WORKER_ENV | ENGINE_ENV)
 
     mig = sub.add_parser("migrate", help="move the database schema to a revision (head)")
     mig.add_argument("--database-url", help="SQLAlchemy URL  [VIGIL_DATABASE_URL]")
