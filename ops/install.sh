@@ -37,6 +37,9 @@ cp web/node_modules/htmx.org/dist/htmx.min.js \
    web/node_modules/htmx-ext-sse/dist/sse.min.js \
    web/node_modules/uplot/dist/uPlot.iife.min.js \
    web/node_modules/uplot/dist/uPlot.min.css \
+   web/node_modules/swagger-ui-dist/swagger-ui-bundle.js \
+   web/node_modules/swagger-ui-dist/swagger-ui-standalone-preset.js \
+   web/node_modules/swagger-ui-dist/swagger-ui.css \
    web/static/vendor/
 
 if [[ $TEST == 1 ]]; then

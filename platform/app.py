@@ -12,6 +12,7 @@ from typing import Any
 from litestar import Litestar, Request
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
@@ -31,6 +32,15 @@ from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.router import console_router, console_stores
 
 log = logging.getLogger(__name__)
+
+# The API docs at /schema, from assets served here (no CDN: they work offline too).
+API_DOCS = SwaggerRenderPlugin(
+    js_url="/static/vendor/swagger-ui-bundle.js",
+    css_url="/static/vendor/swagger-ui.css",
+    standalone_preset_js_url="/static/vendor/swagger-ui-standalone-preset.js",
+    path="/",
+    favicon="",
+)
 
 LIVE_SAMPLE_INTERVAL_S = 1.0
 VIEW_RELOAD_EVERY = 5  # samples
@@ -148,7 +158,11 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
         middleware=[observe_requests(services.tracing)],
         template_config=TemplateConfig(directory=web_dir / "templates", engine=JinjaTemplateEngine),
         openapi_config=OpenAPIConfig(
-            title="Vigil", version="0.1.0", path="/schema", components=[ADMIN_OPENAPI_COMPONENTS]
+            title="Vigil",
+            version="0.1.0",
+            path="/schema",
+            components=[ADMIN_OPENAPI_COMPONENTS],
+            render_plugins=[API_DOCS],
         ),
         stores=console_stores(services),
         lifespan=[lifespan],
