@@ -84,7 +84,14 @@ class Lease:
             n = len(event.token_ids)
             label = shadow_label(self.deployment) if self.shadow else self.deployment
             self.book.recorder.output_tokens(
-                label, self.version, n, event.token_ts, self.clock, self.shadow, self._exemplar
+                label,
+                self.version,
+                n,
+                event.token_ts,
+                self.clock,
+                self.shadow,
+                # Only the first token's TTFT observation takes an exemplar.
+                self._exemplar if self.clock.first_token_ts is None else None,
             )
             if self.clock.first_token_ts is None:
                 self.clock.first_token_ts = event.token_ts
