@@ -295,8 +295,10 @@ def sample_deployments(services: Services) -> None:
             kv_cache_usage=max((s.kv_cache_usage for s in mine), default=0.0),
         )
         actions = services.actions.get(spec.name)
+        canary = spec.canary.key if spec.canary is not None else None
+        services.series.keep_versions(spec.name, keys)
         services.series.sample(
-            spec.name, gauges, spec.slo.ttft_p99_s, actions.shed_batch, actions.fallback
+            spec.name, gauges, spec.slo.ttft_p99_s, canary, actions.shed_batch, actions.fallback
         )
     services.series.forget({spec.name for spec in specs})
 

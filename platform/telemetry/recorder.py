@@ -130,7 +130,7 @@ class RequestRecorder:
         m.requests.labels(*d, record.outcome.value).inc()
         if not record.shadow:
             self.live.add_request()
-            self.series.add_end(record.deployment, record.outcome.value)
+            self.series.add_end(record.deployment, record.outcome.value, record.version)
         if self.sink is not None:
             self.sink.record(record)
         if record.outcome is Outcome.ABORT:
@@ -153,7 +153,7 @@ class RequestRecorder:
         outcome = Outcome.STOP if ok else Outcome.ERROR
         m.requests.labels(deployment, version, outcome.value).inc()
         self.live.add_request()
-        self.series.add_end(deployment, outcome.value)
+        self.series.add_end(deployment, outcome.value, version)
         if self.sink is not None:
             answered = now if ok else None
             clock = RequestClock(arrival_ts, first_token_ts=answered, finished_ts=now)
