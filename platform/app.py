@@ -135,6 +135,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
                 services.sign_ins,
                 services.slos,
                 services.tracing.ring if services.tracing else None,
+                services.view,
             ),
             healthz,
             readyz,

@@ -31,12 +31,14 @@ from vigil.platform.api.admin.auth import (
     same_site_only,
 )
 from vigil.platform.api.admin.deployments import DeploymentController
+from vigil.platform.api.admin.plan import PlanController, PlanLock
 from vigil.platform.api.admin.replicas import ReplicaController
 from vigil.platform.api.admin.slo import SLOController
 from vigil.platform.api.admin.traces import TraceController
 from vigil.platform.api.admin.versions import ModelController
 from vigil.platform.api.admin.webhooks import WebhookController
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.gateway.serving import ServingView
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.tracing import TraceRing
@@ -58,8 +60,11 @@ def admin_router(
     throttle: SignInThrottle,
     slos: SLOTracker,
     traces: TraceRing | None = None,
+    view: ServingView | None = None,
 ) -> Router:
-    """`traces`: the ring of kept traces; None when tracing is off."""
+    """`traces`: the ring of kept traces; None when tracing is off. `view`: the gateway's
+    deployments and workers, which the capacity planner reads; None answers 503 there."""
+    plan_lock = PlanLock()
 
     def provide_plane() -> ControlPlane:
         return plane
@@ -69,6 +74,12 @@ def admin_router(
 
     def provide_traces() -> TraceRing | None:
         return traces
+
+    def provide_view() -> ServingView | None:
+        return view
+
+    def provide_plan_lock() -> PlanLock:
+        return plan_lock
 
     return Router(
         path="/api/admin",
@@ -84,11 +95,14 @@ def admin_router(
             AlertController,
             DecisionController,
             TraceController,
+            PlanController,
         ],
         dependencies={
             "plane": Provide(provide_plane, sync_to_thread=False),
             "slos": Provide(provide_slos, sync_to_thread=False),
             "traces": Provide(provide_traces, sync_to_thread=False),
+            "serving_view": Provide(provide_view, sync_to_thread=False),
+            "plan_lock": Provide(provide_plan_lock, sync_to_thread=False),
             "actor": Provide(provide_actor, sync_to_thread=False),
             "user": Provide(provide_user, sync_to_thread=False),
         },
