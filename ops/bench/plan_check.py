@@ -234,7 +234,7 @@ def main() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="vigil-plan-check-"))
     make_user(data_dir)
     flags = ("--models", MODEL, "--torch-threads", "1")
-    with vigil_serve(*flags, workers=1, data_dir=data_dir) as base:
+    with vigil_serve(*flags, workers=1, data_dir=data_dir, timeout_s=900) as base:
         asyncio.run(check(base, args))
 
 

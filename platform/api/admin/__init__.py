@@ -31,15 +31,15 @@ from vigil.platform.api.admin.auth import (
     same_site_only,
 )
 from vigil.platform.api.admin.deployments import DeploymentController
-from vigil.platform.api.admin.plan import PlanController, PlanLock
+from vigil.platform.api.admin.plan import PlanController
 from vigil.platform.api.admin.replicas import ReplicaController
 from vigil.platform.api.admin.slo import SLOController
 from vigil.platform.api.admin.traces import TraceController
 from vigil.platform.api.admin.versions import ModelController
 from vigil.platform.api.admin.webhooks import WebhookController
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.gateway.serving import ServingView
 from vigil.platform.gateway.throttle import SignInThrottle
+from vigil.platform.planning.service import PlanService
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.tracing import TraceRing
 
@@ -60,11 +60,10 @@ def admin_router(
     throttle: SignInThrottle,
     slos: SLOTracker,
     traces: TraceRing | None = None,
-    view: ServingView | None = None,
+    planner: PlanService | None = None,
 ) -> Router:
-    """`traces`: the ring of kept traces; None when tracing is off. `view`: the gateway's
-    deployments and workers, which the capacity planner reads; None answers 503 there."""
-    plan_lock = PlanLock()
+    """`traces`: the ring of kept traces; None when tracing is off. `planner`: plans over
+    the gateway's deployments and workers; None answers 503 at /plan."""
 
     def provide_plane() -> ControlPlane:
         return plane
@@ -75,11 +74,8 @@ def admin_router(
     def provide_traces() -> TraceRing | None:
         return traces
 
-    def provide_view() -> ServingView | None:
-        return view
-
-    def provide_plan_lock() -> PlanLock:
-        return plan_lock
+    def provide_planner() -> PlanService | None:
+        return planner
 
     return Router(
         path="/api/admin",
@@ -101,8 +97,7 @@ def admin_router(
             "plane": Provide(provide_plane, sync_to_thread=False),
             "slos": Provide(provide_slos, sync_to_thread=False),
             "traces": Provide(provide_traces, sync_to_thread=False),
-            "serving_view": Provide(provide_view, sync_to_thread=False),
-            "plan_lock": Provide(provide_plan_lock, sync_to_thread=False),
+            "planner": Provide(provide_planner, sync_to_thread=False),
             "actor": Provide(provide_actor, sync_to_thread=False),
             "user": Provide(provide_user, sync_to_thread=False),
         },

@@ -1,29 +1,27 @@
 """`POST /api/admin/plan`: the capacity planner (vigil.platform.planning) over a
 deployment's measured rates. It changes nothing, so a viewer may ask; one plan is
-computed at a time (about a second of CPU, off the event loop), another meanwhile gets
-429 with Retry-After."""
+computed at a time (planning.service), another meanwhile gets 429 with Retry-After."""
 
 from __future__ import annotations
 
-import asyncio
 import math
-from typing import Annotated, Any
+from typing import Annotated, TypeAlias
 
 from litestar import Controller, post
+from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody
 from msgspec import Meta, Struct
 
 from vigil.platform.api.admin.bodies import In, Name
 from vigil.platform.api.admin.responses import write_responses
 from vigil.platform.api.openai_schemas import ErrorBody
-from vigil.platform.errors import Conflict, InvalidRequest, RateLimited, ServiceUnavailable
-from vigil.platform.gateway.serving import ServingView
-from vigil.platform.planning.load import Lengths, LoadError, SLOTarget, TargetLoad, lengths_of
-from vigil.platform.planning.measured import deployment_rates
-from vigil.platform.planning.planner import Plan, Prediction, plan
+from vigil.platform.errors import ServiceUnavailable
+from vigil.platform.planning.planner import Prediction
 from vigil.platform.planning.rates import MeasuredRates
+from vigil.platform.planning.service import PlanAsk, PlanReport, PlanService
 
-RETRY_AFTER_S = 2
+Planner: TypeAlias = NamedDependency[PlanService | None]
 Lengthspec = int | list[int] | dict[str, float]
 Positive = Annotated[float, Meta(gt=0, le=1e6)]
 
@@ -96,13 +94,6 @@ class PlanOut(Struct, kw_only=True):
     waiting_share: dict[str, float]  # at the first rate over capacity: what held the queue
 
 
-class PlanLock:
-    """One plan at a time per gateway."""
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-
-
 PLAN_RESPONSES = {
     **write_responses(404),
     409: ResponseSpec(
@@ -134,84 +125,40 @@ class PlanController(Controller):
         status_code=200,
         responses=PLAN_RESPONSES,
     )
-    async def make_plan(
-        self, data: PlanIn, serving_view: ServingView | None, plan_lock: PlanLock
-    ) -> PlanOut:
-        if serving_view is None:
+    async def make_plan(self, data: JSONBody[PlanIn], planner: Planner) -> PlanOut:
+        if planner is None:
             raise ServiceUnavailable("This server runs no gateway to plan for.", code="no_gateway")
-        measured = deployment_rates(serving_view, data.deployment)
-        if measured.rates is None:
-            raise Conflict(
-                f"No worker serving '{data.deployment}' ({measured.version.key}) has measured "
-                f"its rates yet ({measured.num_workers} serving it): send it some traffic, "
-                "streams of several tokens at a few concurrencies, then ask again.",
-                code="not_measured",
-            )
-        rates, slo_spec = measured.rates, measured.spec.slo
-        slo = SLOTarget(
-            data.ttft_p99_s if data.ttft_p99_s is not None else slo_spec.ttft_p99_s,
-            data.min_tokens_per_s
-            if data.min_tokens_per_s is not None
-            else slo_spec.min_tokens_per_s,
-        )
-        load = _load(data, rates)
-        if plan_lock.lock.locked():
-            raise RateLimited(
-                f"Another plan is being computed; retry in {RETRY_AFTER_S} s.",
-                code="plan_in_progress",
-                retry_after_s=RETRY_AFTER_S,
-            )
-        async with plan_lock.lock:
-            try:
-                result = await asyncio.to_thread(plan, rates, load, slo, data.seed)
-            except LoadError as exc:
-                raise InvalidRequest(str(exc), param=exc.param, code="invalid_load") from None
-        return PlanOut(
-            deployment=measured.spec.name,
-            version=measured.version.key,
-            num_workers=measured.num_workers,
-            num_workers_measured=measured.num_measured,
-            rates=_rates_out(rates),
-            rps=data.rps,
-            prompt_tokens=LengthsOut(mean=load.prompt.mean, p99=load.prompt.p99),
-            output_tokens=LengthsOut(mean=load.output.mean, p99=load.output.p99),
-            slo=SLOOut(ttft_p99_s=slo.ttft_p99_s, min_tokens_per_s=slo.min_tokens_per_s),
-            **_plan_fields(result),
-        )
-
-
-def _load(data: PlanIn, rates: MeasuredRates) -> TargetLoad:
-    try:
-        load = TargetLoad(
+        ask = PlanAsk(
+            data.deployment,
             data.rps,
-            lengths_of(data.prompt_tokens, "prompt_tokens"),
-            lengths_of(data.output_tokens, "output_tokens"),
+            data.prompt_tokens,
+            data.output_tokens,
+            data.ttft_p99_s,
+            data.min_tokens_per_s,
+            data.seed,
         )
-    except LoadError as exc:
-        raise InvalidRequest(str(exc), param=exc.param, code="invalid_load") from None
-    _fits(load.prompt, load.output, rates)
-    return load
+        return plan_out(await planner.plan(ask))
 
 
-def _fits(prompt: Lengths, output: Lengths, rates: MeasuredRates) -> None:
-    """Fixed and listed lengths must fit one worker's context and KV cache (a
-    log-normal's rare longer draws are clipped to it)."""
-    limit = min(rates.max_model_len, rates.kv_capacity_tokens)
-    if prompt.values and output.values and max(prompt.values) + max(output.values) > limit:
-        raise InvalidRequest(
-            f"The longest prompt plus output ({max(prompt.values) + max(output.values)} "
-            f"tokens) is over what one worker holds ({limit} tokens: its context and KV "
-            "cache); plan for shorter requests.",
-            param="prompt_tokens",
-            code="invalid_load",
-        )
-    if prompt.mean + output.mean > limit:
-        raise InvalidRequest(
-            f"A mean request of {prompt.mean + output.mean:.0f} tokens is over what one worker "
-            f"holds ({limit} tokens); plan for shorter requests.",
-            param="prompt_tokens",
-            code="invalid_load",
-        )
+def plan_out(report: PlanReport) -> PlanOut:
+    measured, load, slo, result = report.measured, report.load, report.slo, report.plan
+    return PlanOut(
+        deployment=measured.spec.name,
+        version=measured.version.key,
+        num_workers=measured.num_workers,
+        num_workers_measured=measured.num_measured,
+        rates=_rates_out(report.rates),
+        rps=load.rps,
+        prompt_tokens=LengthsOut(mean=load.prompt.mean, p99=load.prompt.p99),
+        output_tokens=LengthsOut(mean=load.output.mean, p99=load.output.p99),
+        slo=SLOOut(ttft_p99_s=slo.ttft_p99_s, min_tokens_per_s=slo.min_tokens_per_s),
+        max_rps_per_worker=result.max_rps_per_worker,
+        workers_needed=result.workers_needed,
+        predicted=_prediction_out(result.prediction) if result.workers_needed else None,
+        binding=result.binding.value,
+        binding_why=result.binding_why,
+        waiting_share={r.value: share for r, share in result.waiting_share.items()},
+    )
 
 
 def _rates_out(rates: MeasuredRates) -> RatesOut:
@@ -225,17 +172,6 @@ def _rates_out(rates: MeasuredRates) -> RatesOut:
         max_num_seqs=rates.max_num_seqs,
         max_num_batched_tokens=rates.max_num_batched_tokens,
     )
-
-
-def _plan_fields(result: Plan) -> dict[str, Any]:
-    return {
-        "max_rps_per_worker": result.max_rps_per_worker,
-        "workers_needed": result.workers_needed,
-        "predicted": _prediction_out(result.prediction) if result.workers_needed else None,
-        "binding": result.binding.value,
-        "binding_why": result.binding_why,
-        "waiting_share": {r.value: share for r, share in result.waiting_share.items()},
-    }
 
 
 def _prediction_out(p: Prediction | None) -> PredictionOut | None:
