@@ -36,6 +36,8 @@ from pathlib import Path
 import httpx
 from serve import vigil_serve
 
+from vigil.platform.planning.command import table
+
 MODEL = "smollm2-135m-instruct"
 USER, PASSWORD = "planner", "plan-check password"
 WORDS = [
@@ -173,6 +175,7 @@ async def check(base: str, args: argparse.Namespace) -> None:
         first = await plan(client, {**body, "rps": 1.0})
         max_rps = float(first["max_rps_per_worker"])  # type: ignore[arg-type]
         print(f"measured rates: {json.dumps(first['rates'])}")
+        print(table(first))  # as `vigil plan` prints it, for 1 request/s
         if max_rps == 0:
             print(f"no load meets this SLO on this worker: {first['binding_why']}")
             return
