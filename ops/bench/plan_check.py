@@ -2,12 +2,13 @@
 then the same load sent for real.
 
     .venv/bin/python ops/bench/plan_check.py [--loads 0.5,0.9] [--duration-s 60]
-        [--prompt-tokens 128] [--output-tokens 32] [--ttft-p99 1.5] [--min-tokens-per-s 5]
+        [--prompt-tokens 128] [--output-tokens 32] [--ttft-p99 S] [--min-tokens-per-s X]
 
 Starts `vigil serve` with the bundled chat model and one worker (one torch thread), warms
 it with closed-loop rounds at concurrency 1, 2, 4, 8 and 16 (so that the worker measures
 its prefill rate and decode step time at those batch sizes), then asks POST
-/api/admin/plan for the most requests/s one worker sustains within the SLO given. For
+/api/admin/plan for the most requests/s one worker sustains within the SLO (the
+deployment's, 5 s TTFT p99 and 2 tokens/s, unless given). For
 each share of that rate in `--loads` it asks for the prediction at that rate and sends
 the load: Poisson arrivals (seeded) for `--duration-s`, streaming, ignore_eos so that
 each request gives exactly `--output-tokens`, every prompt different (no prefix-cache
@@ -179,10 +180,13 @@ async def check(base: str, args: argparse.Namespace) -> None:
         if max_rps == 0:
             print(f"no load meets this SLO on this worker: {first['binding_why']}")
             return
+        slo = first["slo"]
+        assert isinstance(slo, dict)
         print(
             f"prompt {num_prompt} tokens, output {args.output_tokens} tokens; SLO TTFT p99 <= "
-            f"{args.ttft_p99} s, >= {args.min_tokens_per_s} tokens/s per stream; planner's "
-            f"max for one worker: {max_rps:.3f} requests/s (binding: {first['binding']})"
+            f"{slo['ttft_p99_s']} s, >= {slo['min_tokens_per_s']} tokens/s per stream; "
+            f"planner's max for one worker: {max_rps:.3f} requests/s (binding: "
+            f"{first['binding']})"
         )
         header = (
             f"{'load':>5} {'req/s':>6} {'n':>4} {'429':>4} | {'TTFT p50 s':^20} | "
@@ -223,8 +227,8 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=60.0, help="of each load")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--ttft-p99", type=float, default=1.5)
-    parser.add_argument("--min-tokens-per-s", type=float, default=5.0)
+    parser.add_argument("--ttft-p99", type=float, help="s (default: the deployment's, 5)")
+    parser.add_argument("--min-tokens-per-s", type=float, help="(the deployment's, 2)")
     parser.add_argument("--quick", action="store_true", help="a short run of every part")
     args = parser.parse_args()
     args.loads = [float(x) for x in args.loads.split(",")]

@@ -1,13 +1,15 @@
 """What one worker measured, as the planner's model of a step reads it.
 
-A step that decodes `b` sequences and prefills `p` prompt tokens takes
+A step of `b` sequences feeding `t` tokens in all (one per decoding sequence, a chunk
+of its prompt per prefilling one) takes
 
-    step_s(b, p) = decode_s(b) + p / prefill_tokens_per_s
+    step_s(b, t) = decode_s(b) + (t - b) / prefill_tokens_per_s
 
-with decode_s interpolated between the batch sizes measured. Beyond the largest one,
-each further sequence costs one token's worth of prefill (the weights are read once per
-step whatever the batch; each sequence adds its token's compute, which is what a prompt
-token costs too): decode_s(b) = decode_s(b_max) + (b - b_max) / prefill_tokens_per_s.
+with decode_s interpolated between the batch sizes measured: each sequence costs its
+share of a decode step (the weights are read once a step, whatever it feeds), each
+token beyond a sequence's first the marginal cost of a token (worker/profile.py
+measures both the same way). Beyond the largest batch measured, each further sequence
+costs one such token: decode_s(b) = decode_s(b_max) + (b - b_max) / prefill_tokens_per_s.
 That is optimistic for long contexts (attention grows with them), so plan_check.py warms
 the batch sizes a plan will use.
 """
@@ -26,7 +28,7 @@ class DecodePoint:
 
 @dataclass(frozen=True, slots=True)
 class MeasuredRates:
-    prefill_tokens_per_s: float
+    prefill_tokens_per_s: float  # marginal: tokens beyond each sequence's first
     decode: tuple[DecodePoint, ...]  # sorted by batch size, at least one
     num_kv_blocks: int
     block_size: int
@@ -62,8 +64,8 @@ class MeasuredRates:
         last = points[-1]
         return last.step_s + (x - last.batch_size) / self.prefill_tokens_per_s
 
-    def step_s(self, num_decodes: int, num_prefill_tokens: int) -> float:
-        return self.decode_s(num_decodes) + num_prefill_tokens / self.prefill_tokens_per_s
+    def step_s(self, num_seqs: int, num_tokens: int) -> float:
+        return self.decode_s(num_seqs) + (num_tokens - num_seqs) / self.prefill_tokens_per_s
 
 
 def slowest(rates: list[MeasuredRates]) -> MeasuredRates:

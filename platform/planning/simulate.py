@@ -11,8 +11,8 @@ without cache hits holds with them):
     freed, recomputed later from the head of the queue);
     the budget left admits waiting prompts in arrival order while there are batch
     slots and blocks for their first chunk; the head waits for memory, nobody passes it;
-    the step takes rates.step_s(decodes, prefill tokens); a sequence whose tokens are
-    all computed samples one; its first is its time to first token.
+    the step takes rates.step_s(sequences, tokens); a sequence whose tokens are all
+    computed samples one; its first is its time to first token.
 
 While requests wait, the request-seconds they wait are charged to what held the head of
 the queue back: batch slots all taken, KV blocks short, or the step's token budget
@@ -147,7 +147,7 @@ def simulate(
         step = _Step(rates, running, waiting, free)
         step.schedule()
         assert step.items or step.num_preemptions, "a step with work to do scheduled nothing"
-        dt = rates.step_s(step.num_decodes, step.num_prefill_tokens)
+        dt = rates.step_s(len(step.items), step.num_tokens)
         if repeat > 1:  # the same decode step, `repeat` times over: take them at once
             for seq, _ in step.items:
                 step.free -= _blocks(seq.num_computed + repeat, rates) - seq.num_blocks
@@ -224,12 +224,8 @@ class _Step:
         self.blocked: Resource | None = None  # what kept the head of the queue waiting
 
     @property
-    def num_decodes(self) -> int:
-        return sum(1 for _, n in self.items if n == 1)
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(n for _, n in self.items if n > 1)
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.items)
 
     def schedule(self) -> None:
         for seq in list(self.running):

@@ -8,13 +8,17 @@ while the engine is idle, so that a plan can be made between bursts of traffic.
                                      the number of sequences (1, 2-3, 4-7, ...): each
                                      bucket keeps the mean batch size it saw and an
                                      exponentially weighted step time
-    prefill seconds per token        steps that prefill: their time less what their
-                                     decodes would cost alone (from the buckets), over
-                                     the prompt tokens they computed (prefix-cache hits
-                                     are not computed, so not counted)
+    prefill rate                     steps that prefill: the tokens beyond the first of
+                                     each sequence in the step, over the time the step
+                                     took beyond a decode step of as many sequences (from
+                                     the buckets); prefix-cache hits are not computed, so
+                                     not counted
 
-So that a step's time is modelled as decode_s(num_decodes) + prefill_tokens / rate, the
-same split the planner's simulation uses. An engine's first step (warm-up) is skipped.
+So that a step of b sequences feeding t tokens in all is modelled as
+decode_s(b) + (t - b) / rate: each sequence costs a decode step's share (the weights
+are read once a step, whatever it feeds) and each further prompt token the marginal
+cost of a token. The planner's simulation uses the same split. An engine's first step
+(warm-up) is skipped.
 """
 
 from __future__ import annotations
@@ -55,17 +59,16 @@ class StepProfile:
         if not self._warm:
             self._warm = True
             return
-        prefill_tokens = step.num_tokens - step.num_decodes
-        if prefill_tokens <= 0:
-            if step.num_decodes > 0:
-                self._observe_decode(step.num_decodes, step.total_s)
+        extra_tokens = step.num_tokens - step.num_seqs
+        if extra_tokens <= 0:
+            if step.num_seqs > 0:
+                self._observe_decode(step.num_seqs, step.total_s)
             return
-        decode_s = self.decode_step_s(step.num_decodes) if step.num_decodes else 0.0
-        if decode_s is None:  # no decode measured yet: charge the whole step to prefill
-            decode_s = 0.0
-        # Never let a noisy decode estimate make a prefill free.
-        prefill_s = max(step.total_s - decode_s, 0.25 * step.total_s)
-        self._prefill.append((prefill_tokens, prefill_s))
+        base_s = self.decode_step_s(step.num_seqs)
+        if base_s is None:  # nothing to tell a step's base from its tokens yet
+            return
+        # A step quicker than its base (noise) counts as no time, not as negative time.
+        self._prefill.append((extra_tokens, max(step.total_s - base_s, 0.0)))
 
     def _observe_decode(self, num_seqs: int, step_s: float) -> None:
         index = bucket_of(num_seqs)

@@ -40,7 +40,8 @@ def test_decode_step_time_is_interpolated_and_grows_a_token_per_sequence_past_th
     assert RATES.decode_s(4.5) == pytest.approx(0.03)
     assert RATES.decode_s(32) == 0.08
     assert RATES.decode_s(42) == pytest.approx(0.08 + 10 / 1000)
-    assert RATES.step_s(8, 500) == pytest.approx(0.04 + 0.5)
+    assert RATES.step_s(8, 8) == 0.04  # decoding only
+    assert RATES.step_s(8, 500) == pytest.approx(0.04 + 492 / 1000)
 
 
 def test_several_workers_plan_as_the_slowest_of_each() -> None:
@@ -86,11 +87,11 @@ def test_lengths_come_fixed_listed_or_lognormal() -> None:
     assert lengths_of({"mean": 50, "p99": 150}, "p").sigma > 0
 
 
-def test_a_request_alone_gets_its_prefill_time_and_one_decode_step_per_token() -> None:
+def test_a_request_alone_gets_its_prompt_step_then_one_decode_step_per_token() -> None:
     # 20 requests 1000 s apart: each runs alone.
     load = TargetLoad(0.001, fixed(300), fixed(11))
     sim = simulate(RATES, load, 0.001, num_requests=20, seed=0, abandon_s=10)
-    assert sim.ttft_s == pytest.approx([0.3] * 16)
+    assert sim.ttft_s == pytest.approx([0.02 + 299 / 1000] * 16)
     assert sim.stream_tokens_per_s == pytest.approx([1 / 0.02] * 16)
     assert sim.num_preemptions == 0 and not sim.overloaded
 

@@ -36,15 +36,18 @@ def test_the_first_step_is_warm_up_and_decode_steps_fill_their_buckets() -> None
     assert profile.decode_step_s(40) == 0.04  # flat past the last bucket
 
 
-def test_prefill_is_charged_what_the_step_took_beyond_its_decodes() -> None:
+def test_prefill_is_charged_what_the_step_took_beyond_a_decode_step_of_its_batch() -> None:
     profile = StepProfile()
     profile.observe(step(1, 1, 1, 1.0))  # warm-up
+    profile.observe(step(1, 200, 0, 0.3))  # no decode measured yet to tell its base by
     assert profile.prefill_tokens_per_s is None
     profile.observe(step(1, 1, 1, 0.02))
     profile.observe(step(2, 201, 1, 0.22))  # 200 prompt tokens beside one decode
-    assert profile.prefill_tokens_per_s == pytest.approx(200 / 0.2)
+    assert profile.prefill_tokens_per_s == pytest.approx(199 / 0.2)
     profile.observe(step(1, 300, 0, 0.3))  # a prompt alone
-    assert profile.prefill_tokens_per_s == pytest.approx(500 / 0.5)
+    assert profile.prefill_tokens_per_s == pytest.approx((199 + 299) / (0.2 + 0.28))
+    profile.observe(step(1, 11, 0, 0.01))  # quicker than its base: no time, not negative
+    assert profile.prefill_tokens_per_s == pytest.approx((199 + 299 + 10) / (0.2 + 0.28))
 
 
 def test_the_profile_goes_up_in_the_heartbeat_as_measured() -> None:
@@ -52,5 +55,5 @@ def test_the_profile_goes_up_in_the_heartbeat_as_measured() -> None:
     for s in (step(1, 1, 1, 1.0), step(1, 1, 1, 0.02), step(1, 100, 0, 0.1)):
         profile.observe(s)
     wire = profile_wire(profile)
-    assert wire.prefill_tokens_per_s == pytest.approx(1000)
+    assert wire.prefill_tokens_per_s == pytest.approx(99 / 0.08)
     assert [(p.batch_size, p.step_s) for p in wire.decode] == [(1.0, 0.02)]
