@@ -10,6 +10,7 @@ resource runs out first.
     planner.py   the search: the most requests/s one worker sustains within the SLO, the
                  workers needed, the prediction at that count, the binding resource
     measured.py  the rates of a running deployment, from its workers' heartbeats
+    service.py   the rules around a plan (which rates and SLO, refused loads), one at a time
     command.py   `vigil plan`, a client of POST /api/admin/plan
 
 rates, load, simulate and planner are pure: plain data in, plain data out.
