@@ -2,13 +2,13 @@
 then the same load sent for real.
 
     .venv/bin/python ops/bench/plan_check.py [--loads 0.5,0.9] [--duration-s 60]
-        [--prompt-tokens 128] [--output-tokens 32] [--ttft-p99 S] [--min-tokens-per-s X]
+        [--prompt-tokens 64] [--output-tokens 16] [--ttft-p99 5] [--min-tokens-per-s 1]
 
 Starts `vigil serve` with the bundled chat model and one worker (one torch thread), warms
 it with closed-loop rounds at concurrency 1, 2, 4, 8 and 16 (so that the worker measures
 its prefill rate and decode step time at those batch sizes), then asks POST
-/api/admin/plan for the most requests/s one worker sustains within the SLO (the
-deployment's, 5 s TTFT p99 and 2 tokens/s, unless given). For
+/api/admin/plan for the most requests/s one worker sustains within the SLO given (the
+served deployment's own is set out of reach, so that admission sheds nothing). For
 each share of that rate in `--loads` it asks for the prediction at that rate and sends
 the load: Poisson arrivals (seeded) for `--duration-s`, streaming, ignore_eos so that
 each request gives exactly `--output-tokens`, every prompt different (no prefix-cache
@@ -39,7 +39,15 @@ from serve import vigil_serve
 
 from vigil.platform.planning.command import table
 
-MODEL = "smollm2-135m-instruct"
+MODEL = "chat"
+# The deployment's own SLO is set far off, so that admission never sheds the warm-up
+# rounds or the loads: the planner does not model shedding. The plan's SLO is sent.
+DEPLOYMENTS = """
+[[deployments]]
+name = "chat"
+model = "smollm2-135m-instruct"
+slo = { ttft_p99_s = 3600.0, min_tokens_per_s = 0.001, auto_rollback = false }
+"""
 USER, PASSWORD = "planner", "plan-check password"
 WORDS = [
     "harbour",
@@ -225,14 +233,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loads", default="0.5,0.9", help="shares of the planned max rate")
     parser.add_argument("--duration-s", type=float, default=60.0, help="of each load")
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--ttft-p99", type=float, help="s (default: the deployment's, 5)")
-    parser.add_argument("--min-tokens-per-s", type=float, help="(the deployment's, 2)")
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--output-tokens", type=int, default=16)
+    parser.add_argument("--ttft-p99", type=float, default=5.0, help="the SLO planned for, s")
+    parser.add_argument("--min-tokens-per-s", type=float, default=1.0)
     parser.add_argument("--quick", action="store_true", help="a short run of every part")
     args = parser.parse_args()
     args.loads = [float(x) for x in args.loads.split(",")]
-    args.warm_rounds, args.concurrencies = 3, [1, 2, 4, 8, 16]
+    args.warm_rounds, args.concurrencies = 2, [1, 2, 4, 8, 16]
     if args.quick:  # every part, briefly, with an SLO a busy machine meets
         args.loads, args.duration_s = args.loads[:1], min(args.duration_s, 4.0)
         args.warm_rounds, args.concurrencies = 1, [1, 2]
@@ -240,7 +248,9 @@ def main() -> None:
         args.ttft_p99, args.min_tokens_per_s = 10.0, 0.1
     data_dir = Path(tempfile.mkdtemp(prefix="vigil-plan-check-"))
     make_user(data_dir)
-    flags = ("--models", MODEL, "--torch-threads", "1")
+    config = data_dir / "deployments.toml"
+    config.write_text(DEPLOYMENTS)
+    flags = ("--models", "smollm2-135m-instruct", "--config", str(config), "--torch-threads", "1")
     with vigil_serve(*flags, workers=1, data_dir=data_dir, timeout_s=900) as base:
         asyncio.run(check(base, args))
 
