@@ -206,8 +206,10 @@ async def check(base: str, args: argparse.Namespace) -> None:
             rps = share * max_rps
             pred = (await plan(client, {**body, "rps": rps}))["predicted"]
             assert isinstance(pred, dict)
+            # A quick run still sends a few requests, however slow the machine.
+            duration_s = min(60.0, max(args.duration_s, 6 / rps)) if args.quick else args.duration_s
             results = await open_loop(
-                client, rps, args.duration_s, words, args.output_tokens, seed=int(share * 100)
+                client, rps, duration_s, words, args.output_tokens, seed=int(share * 100)
             )
             print(row(share, rps, pred, results))
 
@@ -226,7 +228,7 @@ def row(share: float, rps: float, pred: dict[str, float], results: list[Result])
     ]
     shed = sum(1 for r in kept if r.status == 429)
     cells = " |".join(f" {p or 0:5.2f} {m:6.2f} {m / p if p else 0:5.2f}" for p, m in pairs)
-    return f"{share:>5.2f} {rps:>6.3f} {len(ok):>4} {shed:>4} |{cells} |"
+    return f"{share:>5.2f} {rps:>6.3g} {len(ok):>4} {shed:>4} |{cells} |"
 
 
 def main() -> None:
