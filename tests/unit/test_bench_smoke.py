@@ -53,7 +53,7 @@ def test_plan_check_prints_predicted_against_measured() -> None:
 
     script = BENCH.with_name("plan_check.py")
     done = subprocess.run(
-        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=900
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=540
     )
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
