@@ -45,3 +45,18 @@ def test_engine_runs_report_throughput_and_ttft(bench: ModuleType, smollm2) -> N
     prompts = bench.random_prompts(2, 16, seed=0)
     result = bench.run_engine(smollm2, prompts, 3, config)
     assert result.tokens_per_s > 0 and len(result.ttfts_s) == 2
+
+
+def test_plan_check_prints_predicted_against_measured() -> None:
+    """The planner's check, --quick: a real `vigil serve`, warmed, planned, then loaded."""
+    import subprocess
+
+    script = BENCH.with_name("plan_check.py")
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=540
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "measured rates:" in out and "planner's max for one worker" in out
+    row = out.strip().splitlines()[-1].split()
+    assert row[0] == "0.50" and int(row[2]) > 0  # a load was run and served
