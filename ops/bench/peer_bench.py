@@ -38,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,15 @@ OUTPUT_TOKENS = 64
 PREFIX_TOKENS = 120
 VOCAB_LOW, VOCAB_HIGH = 100, 40_000  # ordinary tokens, no control tokens
 LLAMA_ALIAS = "smollm2"
+# llama-server queues whatever comes; so that both are measured doing the same work,
+# Vigil's admission must not shed the closed loop for a predicted TTFT or a decode rate
+# past its default targets (which a busy machine reaches at c=16).
+VIGIL_DEPLOYMENT = f"""
+[[deployments]]
+name = "{SMOLLM2}"
+model = "{SMOLLM2}"
+slo = {{ ttft_p99_s = 3600.0, min_tokens_per_s = 0.0 }}
+"""
 
 
 @dataclass(slots=True)
@@ -332,8 +342,13 @@ def main() -> None:
                 runs[name] = run_workload(base, LLAMA_ALIAS, work)
                 runs[name].memory["total"] = rss_bytes(proc.pid)
         elif name == "vigil":
-            flags = ("--models", SMOLLM2, *shlex.split(args.vigil_args))
-            with vigil_serve_process(*flags) as (base, proc):
+            data_dir = Path(tempfile.mkdtemp())
+            (data_dir / "bench.toml").write_text(VIGIL_DEPLOYMENT)
+            flags = ("--models", SMOLLM2, "--config", str(data_dir / "bench.toml"))
+            with vigil_serve_process(*flags, *shlex.split(args.vigil_args), data_dir=data_dir) as (
+                base,
+                proc,
+            ):
                 runs[name] = run_workload(base, SMOLLM2, work)
                 gateway = rss_bytes(proc.pid)
                 worker = sum(rss_bytes(p) for p in descendants(proc.pid))
