@@ -25,16 +25,23 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # no conversions to dispatch: 61 norms a step
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Normalised in float32 whatever the model dtype, as Hugging Face does.
         out = F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps)
         return out.to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
-    """Precomputed cos/sin tables, indexed by absolute position."""
+    """Precomputed cos/sin tables, indexed by absolute position.
+
+    Rotate-half RoPE is x * cos + cat(-x2, x1) * sin. With the sign folded into the
+    table (sin_signed = cat(-sin1, sin2)) the rotation is one roll of x by D/2:
+    cat(x2, x1) * sin_signed, the same products, so float32 results are unchanged.
+    """
 
     cos: torch.Tensor
-    sin: torch.Tensor
+    sin_signed: torch.Tensor
 
     def __init__(self, head_dim: int, max_position: int, theta: float) -> None:
         super().__init__()
@@ -42,19 +49,24 @@ class RotaryEmbedding(nn.Module):
         t = torch.arange(max_position, dtype=torch.float32)
         freqs = torch.outer(t, inv_freq)  # (P, D/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (P, D)
+        sign = torch.cat([-torch.ones(head_dim // 2), torch.ones(head_dim // 2)])  # (D,)
         self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("sin_signed", emb.sin() * sign, persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # x: (T, heads, D) -- queries and keys together, positions: (T,)
-        cos = self.cos[positions].unsqueeze(1).to(x.dtype)  # (T, 1, D)
-        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
-        return x * cos + _rotate_half(x) * sin
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
+        """The step's (T, 1, D) cos and signed sin, gathered once for every layer."""
+        cos = self.cos[positions].unsqueeze(1).to(dtype)
+        sin = self.sin_signed[positions].unsqueeze(1).to(dtype)
+        return cos, sin
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
+RopeTables = tuple[torch.Tensor, torch.Tensor]
+
+
+def apply_rope(x: torch.Tensor, rope: RopeTables) -> torch.Tensor:
+    # x: (T, heads, D) -- queries and keys together
+    cos, sin_signed = rope
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
 class Attention(nn.Module):
@@ -71,15 +83,14 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # (T, hidden)
-        positions: torch.Tensor,  # (T,)
-        rope: RotaryEmbedding,
+        rope: RopeTables,  # this step's positions
         kv_cache: torch.Tensor,  # (2, num_slots, KVH, D)
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         t = x.shape[0]
         h, kvh = self.num_heads, self.num_kv_heads
         qkv = self.qkv_proj(x).view(t, h + 2 * kvh, self.head_dim)
-        qk = rope(qkv[:, : h + kvh], positions)  # (T, H + KVH, D): one rotation for both
+        qk = apply_rope(qkv[:, : h + kvh], rope)  # (T, H + KVH, D): one rotation for both
         q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh :]
         out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
@@ -107,12 +118,11 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        positions: torch.Tensor,
-        rope: RotaryEmbedding,
+        rope: RopeTables,
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv_cache, meta)
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -142,8 +152,9 @@ class LlamaForCausalLM(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:  # (T, hidden), after the final norm
         x = self.model.embed_tokens(input_ids)
+        rope = self.rope.tables(positions, x.dtype)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, positions, self.rope, kv_caches[i], meta)
+            x = layer(x, rope, kv_caches[i], meta)
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,18 @@ def vigil_serve(
 ) -> Iterator[str]:
     """The server's base URL once /readyz says ready and `workers` workers report their
     engines (the first ready one makes /readyz 200); the server is stopped on exit."""
+    with vigil_serve_process(*flags, workers=workers, timeout_s=timeout_s, data_dir=data_dir) as (
+        base,
+        _,
+    ):
+        yield base
+
+
+@contextlib.contextmanager
+def vigil_serve_process(
+    *flags: str, workers: int = 1, timeout_s: float = 300, data_dir: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`vigil_serve`, also giving the gateway's process (its workers are its children)."""
     port = free_port()
     vigil = Path(sys.executable).with_name("vigil")
     data = str(data_dir or tempfile.mkdtemp())
@@ -38,7 +50,7 @@ def vigil_serve(
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit(f"vigil serve {' '.join(flags)}: not ready in {timeout_s} s")
             time.sleep(0.5)
-        yield base
+        yield base, proc
     finally:
         proc.terminate()
         proc.wait(timeout=60)

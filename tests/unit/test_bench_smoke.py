@@ -3,11 +3,16 @@ no longer runs measures nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -49,8 +54,6 @@ def test_engine_runs_report_throughput_and_ttft(bench: ModuleType, smollm2) -> N
 
 def test_plan_check_prints_predicted_against_measured() -> None:
     """The planner's check, --quick: a real `vigil serve`, warmed, planned, then loaded."""
-    import subprocess
-
     script = BENCH.with_name("plan_check.py")
     done = subprocess.run(
         [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=540
@@ -60,3 +63,88 @@ def test_plan_check_prints_predicted_against_measured() -> None:
     assert "measured rates:" in out and "planner's max for one worker" in out
     row = out.strip().splitlines()[-1].split()
     assert row[0] == "0.50" and int(row[2]) > 0  # a load was run and served
+
+
+@pytest.fixture(scope="module")
+def peer_bench() -> ModuleType:
+    folder = str(BENCH.parent)
+    sys.path.insert(0, folder)  # it imports its neighbour `serve`
+    try:
+        spec = importlib.util.spec_from_file_location("peer_bench", BENCH.parent / "peer_bench.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+def test_peer_memory_reads_a_process_and_its_children(peer_bench: ModuleType) -> None:
+    # As for `vigil serve`: the gateway is the process, its workers are children.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in peer_bench.descendants(os.getpid())
+        assert peer_bench.rss_bytes(os.getpid()) > 10e6
+        assert peer_bench.rss_bytes(child.pid) > 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _fake_openai_server(with_usage: bool) -> httpx.MockTransport:
+    """Streams one chunk per token, as llama-server (no usage) or Vigil (usage) do."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert body["stream"] and body["ignore_eos"] and len(body["prompt"]) == 132
+        n = body["max_tokens"]
+        chunks = [{"choices": [{"index": 0, "text": "a", "finish_reason": None}]}] * n
+        chunks.append({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
+        if with_usage:
+            usage = {"prompt_tokens": 132, "completion_tokens": n, "total_tokens": 132 + n}
+            chunks.append({"choices": [], "usage": usage})
+        sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
+
+    return httpx.MockTransport(handle)
+
+
+@pytest.mark.parametrize("with_usage", [False, True])
+def test_peer_workload_counts_tokens_with_or_without_usage(
+    peer_bench: ModuleType, with_usage: bool
+) -> None:
+    work = peer_bench.Workload(
+        concurrencies=[1, 4], requests_per_client=2, output_tokens=5, prefix_requests=2, repeats=2
+    )
+    transport = _fake_openai_server(with_usage)
+    run = peer_bench.run_workload("http://peer", "m", work, transport=transport)
+    assert len(run.figures["c=4 tok/s"]) == 2  # one value per repeat
+    assert set(run.figures) >= {"c=1 ITL p50 ms", "c=4 TTFT p50 ms", "prefix c=1 TTFT p50 ms"}
+    timing = asyncio.run(
+        peer_bench.stream_completion(
+            httpx.AsyncClient(base_url="http://peer", transport=transport), "m", [1] * 132, 5
+        )
+    )
+    assert timing.num_tokens == 5 and timing.itl_s is not None
+
+
+def test_peer_table_gives_spread_and_ratio(peer_bench: ModuleType) -> None:
+    peer, vigil = peer_bench.ServerRun(), peer_bench.ServerRun()
+    for v in (40.0, 42.0, 44.0):
+        peer.add("c=1 tok/s", v)
+    for v in (20.0, 21.0, 25.0):
+        vigil.add("c=1 tok/s", v)
+    peer.memory["total"] = 1_400_000_000
+    vigil.memory.update(total=2_800_000_000, gateway=400_000_000, worker=2_400_000_000)
+    table = peer_bench.format_table({"llama-server": peer, "vigil": vigil})
+    assert "42.0 (40.0-44.0)" in table and "21.0 (20.0-25.0)" in table
+    assert "0.50x" in table  # 21 / 42
+    assert "RSS worker MB" in table and "2400" in table
+
+
+def test_peer_bench_says_how_to_build_a_missing_llama_server(
+    peer_bench: ModuleType, tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit, match=r"build_llama_server\.sh"):
+        peer_bench.find_llama_server(str(tmp_path / "llama-server"))
