@@ -92,7 +92,7 @@ def test_the_gateway_and_worker_run_commands_vigil_takes() -> None:
     wargs = [a.replace("$(POD_IP)", "10.0.0.7") for a in worker["args"]]
     wenv = {**_env(worker), "VIGIL_WORKER_TOKEN": "t"}
     wsettings = worker_settings(vars(parser.parse_args(wargs)), wenv)
-    assert wsettings.gateway_url == "http://vigil-gateway-internal:8000"
+    assert wsettings.gateway_urls == ("http://vigil-gateway-internal:8000",)
     assert wsettings.port == 9000 and wsettings.advertise_host == "10.0.0.7"
     wgrace = deployments["vigil-worker"]["spec"]["template"]["spec"][
         "terminationGracePeriodSeconds"
