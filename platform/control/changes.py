@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "vigil_control"
 POLL_INTERVAL_S = 2.0
 CONNECT_TIMEOUT_S = 5.0
-PING_TIMEOUT_S = 2.0
+PING_TIMEOUT_S = 3.0
 RECONNECT_S = 1.0
 
 
@@ -90,19 +90,21 @@ class ChangeFeed:
                 continue
             try:
                 await self._listen(conn, on_change)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-                log.warning("control-plane notices lost (%s); listening again", exc)
+            except Exception as exc:  # lost, reset, or left mid-call by a timeout
+                log.warning("control-plane notices lost (%r); listening again", exc)
             finally:
                 self.listening = False
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(conn.close(), PING_TIMEOUT_S)
+                if not conn.is_closed():
+                    conn.terminate()
 
     async def _connect(self) -> asyncpg.Connection | None:
         assert self._dsn is not None
         try:
             return await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-            log.warning("cannot listen for control-plane changes (%s); polling", exc)
+        except Exception as exc:
+            log.warning("cannot listen for control-plane changes (%r); polling", exc)
             return None
 
     async def _listen(self, conn: asyncpg.Connection, on_change: OnChange) -> None:

@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 LOCK_KEY = 0x76_69_67_69_6C_6C_70  # "vigillp": one key for every Vigil loop
 CHECK_INTERVAL_S = 1.0
 CONNECT_TIMEOUT_S = 5.0
-PING_TIMEOUT_S = 2.0
-IDLE_SESSION_TIMEOUT_MS = 5000  # the server's side: > CHECK_INTERVAL_S + PING_TIMEOUT_S
+PING_TIMEOUT_S = 3.0
+IDLE_SESSION_TIMEOUT_MS = 10_000  # the server's side: > CHECK_INTERVAL_S + PING_TIMEOUT_S
 
 OnOwnerChange = Callable[[bool], Awaitable[None]]
 
@@ -56,10 +56,10 @@ class LoopOwnership:
                 if conn is not None:
                     try:
                         await self._hold(conn, on_change)
-                    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                        log.warning("loop ownership connection lost: %s", exc)
                     except TimeoutError:
                         log.warning("loop ownership connection silent for %s s", PING_TIMEOUT_S)
+                    except Exception as exc:  # lost, reset, or left mid-call by a timeout
+                        log.warning("loop ownership connection lost: %r", exc)
                     finally:
                         await self._set(False, on_change)
                         await _close(conn)
@@ -74,8 +74,8 @@ class LoopOwnership:
             if conn.get_server_version().major >= 14:  # the setting is new in 14
                 await conn.execute(f"SET idle_session_timeout = {IDLE_SESSION_TIMEOUT_MS}")
             return conn
-        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-            log.warning("cannot reach PostgreSQL for loop ownership: %s", exc)
+        except Exception as exc:
+            log.warning("cannot reach PostgreSQL for loop ownership: %r", exc)
             return None
 
     async def _hold(self, conn: asyncpg.Connection, on_change: OnOwnerChange) -> None:
