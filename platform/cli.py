@@ -98,6 +98,7 @@ WORKER_ENV = {
     dest: f"VIGIL_{dest.upper()}"
     for dest in [
         "gateway",
+        "resolve_gateways",
         "worker_id",
         "advertise_host",
         "log_level",
@@ -260,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="a gateway's base URL; give it once per gateway, or a comma-separated list: the "
         "worker registers with each  [VIGIL_GATEWAY]",
+    )
+    worker.add_argument(
+        "--resolve-gateways",
+        action="store_true",
+        help="register with every address each --gateway host name resolves to, looked up "
+        "every 5 s (a Kubernetes headless Service lists each gateway pod)",
     )
     worker.add_argument("--host", help="address to listen on (127.0.0.1)")
     worker.add_argument("--port", type=int, help="port to listen on (any free one)")

@@ -362,6 +362,9 @@ class WorkerSettings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     tracing: TraceSettings = field(default_factory=lambda: TraceSettings())
     drain_timeout_s: float = 60.0  # on SIGTERM, how long running requests may take
+    # Serve every address each gateway URL's host resolves to, looked up again every few
+    # seconds (a Kubernetes headless Service: one address per gateway pod).
+    resolve_gateways: bool = False
 
 
 def worker_settings(
@@ -392,6 +395,8 @@ def worker_settings(
         drain_timeout_s=_float(
             _pick(flags.get("drain_timeout"), env, "DRAIN_TIMEOUT"), "drain timeout", 60.0
         ),
+        resolve_gateways=bool(flags.get("resolve_gateways"))
+        or _env(env, "RESOLVE_GATEWAYS") in ("1", "true", "yes"),
     )
 
 

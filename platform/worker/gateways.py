@@ -12,6 +12,10 @@ change has reached one and not yet the other: the union loads the new version be
 the old one is drained, never the other way round. A gateway that is lost drops out of
 the union; when every gateway is lost the worker changes nothing, and keeps serving the
 requests it has and the slots it runs until one comes back.
+
+With `resolve_gateways`, each gateway URL's host name is looked up every
+RESOLVE_INTERVAL_S and the worker serves every address it resolves to: behind a
+Kubernetes headless Service, one per gateway pod, as pods come and go.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import msgspec
@@ -40,6 +47,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 10.0
+RESOLVE_INTERVAL_S = 5.0
 
 
 def union_of(assignments: list[list[EngineSlot]]) -> list[EngineSlot]:
@@ -67,6 +75,22 @@ def report(slot: Slot) -> SlotReport:
         prefill_tokens_per_s=slot.rates.prefill_tokens_per_s,
         decode_step_s=slot.rates.decode_step_s(),
     )
+
+
+def lookup(host: str) -> list[str]:
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+
+
+def resolved_urls(urls: tuple[str, ...], resolve: Callable[[str], list[str]]) -> list[str]:
+    """Each URL once per address its host resolves to (sorted, repeats dropped)."""
+    found: list[str] = []
+    for url in urls:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+        for address in sorted(set(resolve(parts.hostname or ""))):
+            host = f"[{address}]" if ":" in address else address
+            found.append(urlunsplit(parts._replace(netloc=f"{host}{port}")))
+    return list(dict.fromkeys(found))
 
 
 def _slots(assignment: Assignment) -> list[EngineSlot]:
@@ -148,12 +172,17 @@ class GatewayLinks:
         runtime: WorkerRuntime,
         address: str,
         transport: httpx.AsyncBaseTransport | None = None,
+        resolve: Callable[[str], list[str]] = lookup,
     ) -> None:
-        """`transport`: the HTTP transport of every link (tests pass a fake one)."""
+        """`transport`: the HTTP transport of every link (tests pass a fake one);
+        `resolve`: a host name's addresses (with settings.resolve_gateways)."""
         self.settings = settings
         self.runtime = runtime
         self.address = address
+        self._transport = transport
+        self._resolve = resolve
         self.links = [GatewayLink(url, self, transport) for url in settings.gateway_urls]
+        self._beats: dict[str, asyncio.Task[None]] = {}
 
     @property
     def num_registered(self) -> int:
@@ -168,20 +197,48 @@ class GatewayLinks:
         """Heartbeats to every gateway until cancelled, or until the parent process is
         gone when the worker was started to exit with it."""
         parent = os.getppid()
-        beats = [asyncio.create_task(link.run(), name=f"beat-{link.url}") for link in self.links]
+        resolved_ts = float("-inf")
         try:
             while True:
+                now = asyncio.get_running_loop().time()
+                if self.settings.resolve_gateways and now - resolved_ts >= RESOLVE_INTERVAL_S:
+                    resolved_ts = now
+                    await self.resolve_links()
+                for link in self.links:
+                    if link.url not in self._beats:
+                        self._beats[link.url] = asyncio.create_task(link.run())
                 self.runtime.stop_drained()
                 if self.settings.exit_with_parent and os.getppid() != parent:
                     log.info("parent process gone: stopping")
                     return
                 await asyncio.sleep(HEARTBEAT_INTERVAL_S)
         finally:
-            for task in beats:
-                task.cancel()
-            for task in beats:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            for url in list(self._beats):
+                await self._stop_beating(url)
+
+    async def resolve_links(self) -> None:
+        """One link per address the gateway names resolve to now: new gateways are
+        registered with, gone ones dropped. A failed lookup changes nothing."""
+        urls = self.settings.gateway_urls
+        try:
+            wanted = await asyncio.to_thread(resolved_urls, urls, self._resolve)
+        except OSError as exc:
+            log.warning("could not resolve the gateways (%s); keeping %d", exc, len(self.links))
+            return
+        have = {link.url: link for link in self.links}
+        for url in set(have) - set(wanted):
+            log.info("gateway %s is gone from %s", url, ", ".join(urls))
+            await self._stop_beating(url)
+            await have[url].close()
+        self.links = [have.get(url) or GatewayLink(url, self, self._transport) for url in wanted]
+        self.reconcile()
+
+    async def _stop_beating(self, url: str) -> None:
+        task = self._beats.pop(url, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def beat(self) -> None:
         """One beat to every gateway at once (a draining worker tells them all)."""

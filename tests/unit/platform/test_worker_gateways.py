@@ -15,7 +15,7 @@ import torch
 
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.settings import SettingsError, WorkerSettings, gateway_urls
-from vigil.platform.worker.gateways import GatewayLinks, union_of
+from vigil.platform.worker.gateways import GatewayLinks, resolved_urls, union_of
 from vigil.platform.worker.protocol import Assignment, SlotSpec, VersionWire
 from vigil.platform.worker.runtime import EngineSlot
 
@@ -130,3 +130,42 @@ def test_gateway_urls_come_from_repeated_flags_or_comma_lists() -> None:
     assert gateway_urls(None, None) == ()
     with pytest.raises(SettingsError, match="http://"):
         gateway_urls(["gateway:8000"], None)
+
+
+async def test_resolved_gateways_follow_the_addresses_of_their_name() -> None:
+    """Behind a headless Service: one gateway per address, as pods come and go."""
+    pods = {"10.0.0.1": FakeGateway(["chat@1"]), "10.0.0.2": FakeGateway(["chat@1"])}
+    addresses = ["10.0.0.1", "10.0.0.2"]
+    transport = httpx.MockTransport(lambda r: pods[r.url.host].answer(r))
+    settings = WorkerSettings(("http://gateways:8000",), "token", "w1", resolve_gateways=True)
+    runtime = FakeRuntime()
+    links = GatewayLinks(settings, runtime, "http://w1:9000", transport, lambda _: addresses)  # type: ignore[arg-type]
+    try:
+        await links.resolve_links()
+        assert [link.url for link in links.links] == [
+            "http://10.0.0.1:8000",
+            "http://10.0.0.2:8000",
+        ]
+        await links.beat()
+        assert links.num_registered == 2
+        first = links.links[0]
+        addresses[:] = ["10.0.0.1", "10.0.0.3"]  # a pod replaced
+        pods["10.0.0.3"] = FakeGateway(["chat@1"])
+        await links.resolve_links()
+        assert [link.url for link in links.links] == [
+            "http://10.0.0.1:8000",
+            "http://10.0.0.3:8000",
+        ]
+        assert links.links[0] is first  # still registered: not registered again
+        await links.beat()
+        assert links.num_registered == 2 and pods["10.0.0.1"].num_registrations == 1
+    finally:
+        await links.close()
+
+
+def test_resolved_urls_keep_scheme_port_and_path_per_address() -> None:
+    found = resolved_urls(
+        ("https://gw:8443/base", "http://other"),
+        {"gw": ["fd00::2", "10.1.0.9"], "other": ["10.1.0.9"]}.__getitem__,
+    )
+    assert found == ["https://10.1.0.9:8443/base", "https://[fd00::2]:8443/base", "http://10.1.0.9"]
