@@ -8,8 +8,9 @@ A fresh database on the local PostgreSQL (dropped afterwards), two `vigil serve 
 0` on 127.0.0.1 (no worker needed: the serving view and the key cache are the gateway's),
 then:
 1. Config change: a canary set through gateway A (weight 0), then dropped, --changes
-   times each (after one untimed pair); timed from A's answer (the write has committed)
-   to gateway B's /readyz listing the canary version, or no longer listing it.
+   times each (after one untimed pair, once B is quiet again); timed from A's answer
+   (the write has committed) to gateway B's /readyz listing the canary version, or no
+   longer listing it.
 2. Key revoke: a key used on B (so B has it cached), revoked through A; timed from A's
    answer to B's first 401.
 3. Owner killed: the gateway whose vigil_loop_owner is 1 is killed (SIGKILL), timed to
@@ -190,13 +191,30 @@ def register_canary(gateway: Gateway) -> None:
     assert r.status_code in (201, 409), r.text
 
 
+def settle(gateway: Gateway, timeout_s: float = 120.0) -> None:
+    """Wait until the gateway answers at once again (five /healthz in a row under 200 ms),
+    so that what is timed next is the change reaching it, not its own busy seconds."""
+    quick = 0
+
+    def quiet() -> bool:
+        nonlocal quick
+        t0 = time.monotonic()
+        httpx.get(f"{gateway.url}/healthz", timeout=10)
+        quick = quick + 1 if time.monotonic() - t0 < 0.2 else 0
+        return quick >= 5
+
+    wait_for(quiet, f"gateway {gateway.name} quiet", timeout_s)
+
+
 def canary_changes(a: Gateway, b: Gateway, n: int) -> list[float]:
     """Seconds from A's answer to B's serving view showing the change, for n canaries
     set and n dropped. One more pair goes first, untimed: B loads the canary's tokenizer
-    the first time it sees it (seconds of CPU, which slow its answers meanwhile)."""
+    the first time it sees it (seconds of CPU, with the GIL, which slow its answers)."""
     key = f"{MODEL}@{CANARY}"
     seen: list[float] = []
-    for _ in range(n + 1):
+    for i in range(n + 1):
+        if i == 1:
+            settle(b)
         r = a.admin("POST", f"/deployments/{MODEL}/canary", {"version": CANARY, "weight": 0})
         assert r.status_code == 200, r.text
         seen.append(wait_for(lambda: key in b.versions(), "the canary on B", 30))
