@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -23,6 +24,12 @@ from vigil.platform.control.db import Base
 target_metadata = Base.metadata
 
 
+# Gateways started together (two replicas, and the migration Job) all migrate: on
+# PostgreSQL one at a time, under this transaction-scoped advisory lock, so the later
+# ones find the schema at head instead of creating the same tables again.
+MIGRATION_LOCK_KEY = 0x76_69_67_69_6C_6D_67  # "vigilmg"
+
+
 def _configure_and_run(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -31,6 +38,10 @@ def _configure_and_run(connection: Connection) -> None:
         compare_type=True,
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
         context.run_migrations()
 
 

@@ -76,10 +76,12 @@ async def _sample_live(services: Services) -> None:
 
 
 async def _watch_slos(services: Services) -> None:
-    """Once a second: the SLO loop's alerts, actions and canary checks."""
+    """Once a second, on the gateway that owns the loops: the SLO loop's alerts, actions
+    and canary checks."""
     while True:
         try:
-            await services.slo_loop.tick()
+            if services.loops.is_owner:
+                await services.slo_loop.tick()
         except Exception:  # the next tick tries again
             log.exception("the SLO loop failed")
         await asyncio.sleep(SLO_INTERVAL_S)
@@ -102,12 +104,19 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await services.load_serving_view()
+        services.plane.add_listener(services.changes.announce)  # other gateways first
         services.plane.add_listener(services.on_control_change)
-        await services.slo_loop.start()
+        if services.loops.is_owner:  # SQLite: always; PostgreSQL: once the lock is taken
+            await services.slo_loop.start()
+        owner = services.loops
         tasks = [
             asyncio.create_task(_sample_live(services), name="live-sampler"),
+            asyncio.create_task(services.changes.run(services.on_control_change), name="changes"),
+            asyncio.create_task(services.loops.run(services.on_loop_owner), name="loop-owner"),
             asyncio.create_task(_watch_slos(services), name="slo-loop"),
-            asyncio.create_task(services.delivery.run(), name="webhook-delivery"),
+            asyncio.create_task(
+                services.delivery.run(lambda: owner.is_owner), name="webhook-delivery"
+            ),
         ]
         if local_workers is not None:
             local_workers.start()

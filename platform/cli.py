@@ -98,6 +98,7 @@ WORKER_ENV = {
     dest: f"VIGIL_{dest.upper()}"
     for dest in [
         "gateway",
+        "resolve_gateways",
         "worker_id",
         "advertise_host",
         "log_level",
@@ -255,7 +256,18 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser(
         "worker", help="run engines for a gateway (its token in VIGIL_WORKER_TOKEN)"
     )
-    worker.add_argument("--gateway", help="the gateway's base URL  [VIGIL_GATEWAY]")
+    worker.add_argument(
+        "--gateway",
+        action="append",
+        help="a gateway's base URL; give it once per gateway, or a comma-separated list: the "
+        "worker registers with each  [VIGIL_GATEWAY]",
+    )
+    worker.add_argument(
+        "--resolve-gateways",
+        action="store_true",
+        help="register with every address each --gateway host name resolves to, looked up "
+        "every 5 s (a Kubernetes headless Service lists each gateway pod)",
+    )
     worker.add_argument("--host", help="address to listen on (127.0.0.1)")
     worker.add_argument("--port", type=int, help="port to listen on (any free one)")
     worker.add_argument("--advertise-host", help="host the gateway should call, if not --host")
@@ -419,11 +431,13 @@ def _keys(args: argparse.Namespace) -> int:
 
 async def _run_keys_command(url: str, args: argparse.Namespace) -> int:
     from vigil.platform.control.access.keys import ApiKeyService
+    from vigil.platform.control.changes import ChangeFeed
     from vigil.platform.control.db import create_engine, session_factory
 
     engine = create_engine(url)
     try:
-        service = ApiKeyService(session_factory(engine))
+        # Gateways on the same PostgreSQL hear of a revoke at once (control/changes.py).
+        service = ApiKeyService(session_factory(engine), ChangeFeed(engine).announce)
         if args.keys_command == "create":
             models = args.models.split(",") if args.models is not None else None
             priority = Priority.from_label(args.priority)

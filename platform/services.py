@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.bundled import ModelKind
 from vigil.platform.alerts.delivery import WebhookDelivery
+from vigil.platform.control.changes import ChangeFeed
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.config_file import load_deployments
+from vigil.platform.control.ownership import LoopOwnership
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
@@ -26,6 +28,7 @@ from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
 from vigil.platform.gateway.lease import LoadBook
 from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
+from vigil.platform.gateway.rate_limits import KeyRateLimits
 from vigil.platform.gateway.readiness import VersionState, version_error, version_states
 from vigil.platform.gateway.router import Router
 from vigil.platform.gateway.serving import LONG_POOL_SUFFIX, ServingView
@@ -80,6 +83,8 @@ class Services:
     actions: ActionBoard
     slo_loop: SLOLoop
     delivery: WebhookDelivery
+    changes: ChangeFeed  # other gateways' admin writes, heard (PostgreSQL)
+    loops: LoopOwnership  # whether this gateway runs the SLO loop and webhook delivery
     console_secret: str  # signs the console's CSRF tokens
     series: DeploymentSeries  # the console's live charts, per deployment
     tracing: Tracing | None  # None: tracing off
@@ -103,6 +108,16 @@ class Services:
         the serving view read again."""
         self.auth.forget_keys()
         await self.reload_serving_view()
+
+    async def on_loop_owner(self, owner: bool) -> None:
+        """This gateway took the SLO loop and webhook delivery over (it picks up the
+        alerts firing, so none is sent again), or handed them on (what it had switched
+        on is switched off here; the new owner decides afresh)."""
+        if owner:
+            await self.slo_loop.start()
+            self.plane.outbox_written.set()
+        else:
+            self.slo_loop.stand_down()
 
     async def reload_serving_view(self) -> None:
         specs = await self.plane.serving_view()
@@ -225,6 +240,13 @@ def build_services(
         slos, actions, plane, lambda: view.deployments, lambda spec: view.serving(spec).key
     )
     registry.register(AlertsCollector(lambda: slo_loop.firing))
+    sign_ins = SignInThrottle(settings.throttle_storage_uri)
+    loops = LoopOwnership(settings.resolved_database_url)
+    Gauge(
+        "vigil_loop_owner",
+        "1 while this gateway runs the SLO loop and webhook delivery (one gateway does)",
+        registry=registry,
+    ).set_function(lambda: float(loops.is_owner))
     return Services(
         settings=settings,
         registry=registry,
@@ -245,11 +267,11 @@ def build_services(
         ),
         embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
-        auth=Authenticator(plane.keys, AuthMode(settings.auth)),
+        auth=Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(sign_ins.storage)),
         http=http,
         worker_token=worker_token,
         plane=plane,
-        sign_ins=SignInThrottle(settings.throttle_storage_uri),
+        sign_ins=sign_ins,
         slos=slos,
         tracing=build_tracing(settings.tracing, "vigil-gateway", metrics),
         actions=actions,
@@ -257,6 +279,8 @@ def build_services(
         delivery=WebhookDelivery(
             plane.outbox, http, settings.webhook_max_age_s, wake=plane.outbox_written
         ),
+        changes=ChangeFeed(db),
+        loops=loops,
         console_secret=settings.console_secret
         or read_or_make_secret(settings.data_dir / "console-secret"),
         series=series,

@@ -350,7 +350,7 @@ def _routing(value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    gateway_url: str
+    gateway_urls: tuple[str, ...]  # every gateway it registers with and heart-beats
     token: str
     worker_id: str
     host: str = "127.0.0.1"
@@ -362,20 +362,23 @@ class WorkerSettings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     tracing: TraceSettings = field(default_factory=lambda: TraceSettings())
     drain_timeout_s: float = 60.0  # on SIGTERM, how long running requests may take
+    # Serve every address each gateway URL's host resolves to, looked up again every few
+    # seconds (a Kubernetes headless Service: one address per gateway pod).
+    resolve_gateways: bool = False
 
 
 def worker_settings(
     flags: Mapping[str, object], env: Mapping[str, str] | None = None
 ) -> WorkerSettings:
     env = os.environ if env is None else env
-    gateway = _pick(flags.get("gateway"), env, "GATEWAY")
+    gateways = gateway_urls(flags.get("gateway"), _env(env, "GATEWAY"))
     token = _pick(flags.get("token"), env, "WORKER_TOKEN")
-    if not gateway:
+    if not gateways:
         raise SettingsError("a worker needs --gateway URL (or VIGIL_GATEWAY)")
     if not token:
         raise SettingsError("a worker needs the gateway's worker token: VIGIL_WORKER_TOKEN")
     return WorkerSettings(
-        gateway_url=gateway,
+        gateway_urls=gateways,
         token=token,
         worker_id=_pick(flags.get("worker_id"), env, "WORKER_ID")
         or f"{socket.gethostname()}-{os.getpid()}",
@@ -392,7 +395,26 @@ def worker_settings(
         drain_timeout_s=_float(
             _pick(flags.get("drain_timeout"), env, "DRAIN_TIMEOUT"), "drain timeout", 60.0
         ),
+        resolve_gateways=bool(flags.get("resolve_gateways"))
+        or _env(env, "RESOLVE_GATEWAYS") in ("1", "true", "yes"),
     )
+
+
+def gateway_urls(flag: object, env_value: str | None) -> tuple[str, ...]:
+    """The gateways a worker serves: --gateway given once or more, each a URL or a
+    comma-separated list of them (the flags win over VIGIL_GATEWAY, which may be a list
+    too); repeats dropped, order kept."""
+    if isinstance(flag, list | tuple):
+        given = [str(f) for f in flag]
+    elif flag is not None:
+        given = [str(flag)]
+    else:
+        given = [env_value] if env_value else []
+    urls = [u.strip().rstrip("/") for item in given for u in item.split(",") if u.strip()]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise SettingsError(f"a gateway URL must start with http:// or https://, got {url!r}")
+    return tuple(dict.fromkeys(urls))
 
 
 def engine_env(settings: EngineSettings) -> dict[str, str]:

@@ -20,6 +20,7 @@ import logging
 import random
 import socket
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -105,10 +106,13 @@ class WebhookDelivery:
         self._rng = rng or random.Random()
         self._wake = wake or asyncio.Event()
 
-    async def run(self) -> None:
+    async def run(self, owns: Callable[[], bool] = lambda: True) -> None:
+        """Until cancelled, sending while `owns()` (the gateway that owns the loops:
+        control/ownership.py), so that each message goes out from one gateway."""
         while True:
             try:
-                await self.send_due()
+                if owns():
+                    await self.send_due()
             except Exception:  # the next pass tries again; nothing is lost
                 log.exception("webhook delivery pass failed")
             with contextlib.suppress(TimeoutError):

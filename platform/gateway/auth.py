@@ -1,14 +1,16 @@
 """Who is calling: an API key from the Authorization header becomes a Principal.
 
-Decisions are pure (`bearer_token`, `requested_priority`, `effective_priority`,
-`TokenBucket.take`); `Authenticator` is the shell that holds the clock, a short cache
-of key lookups and one token bucket per key.
+Decisions are pure (`bearer_token`, `requested_priority`, `effective_priority`);
+`Authenticator` is the shell that holds the clock and a short cache of key lookups, and
+counts each key's requests against its rate limit (gateway/rate_limits.py: shared by
+every gateway when they share Redis).
 
 A key that is sent must be valid in both modes; `AuthMode.OPEN` only lets a request
 without any key through, as `ANONYMOUS`. Lookups are cached for `cache_ttl_s`; the cache
-is dropped whenever the control plane changes through this gateway, so a key revoked
-here stops working at once, and one revoked through another gateway on the same
-database within `cache_ttl_s`.
+is dropped whenever the control plane changes (through this gateway, or through another
+on the same PostgreSQL: control/changes.py), so a revoked key stops working at once here
+and within about a second on the others; `cache_ttl_s` bounds it should a change
+notice be lost.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from vigil.engine.request import Priority
 from vigil.platform.control.access.keys import KEY_PREFIX, ApiKeyService, hash_key
 from vigil.platform.control.access.records import ApiKeyRecord
 from vigil.platform.errors import InvalidRequest, RateLimited, Unauthorized
+from vigil.platform.gateway.rate_limits import KeyRateLimits
 
 PRIORITY_HEADER = "x-vigil-priority"
 MAX_CACHED_KEYS = 10_000  # bounds memory when a client sends many different bad keys
@@ -77,32 +80,6 @@ def effective_priority(granted: Priority, requested: Priority | None) -> Priorit
     return granted if requested is None else max(granted, requested)
 
 
-@dataclass(slots=True)
-class TokenBucket:
-    """`rate_per_minute` requests a minute, in bursts of up to that many."""
-
-    rate_per_minute: int
-    tokens: float
-    updated_ts: float
-
-    @classmethod
-    def full(cls, rate_per_minute: int, now_ts: float) -> TokenBucket:
-        assert rate_per_minute >= 1, f"rate {rate_per_minute} < 1"
-        return cls(rate_per_minute, float(rate_per_minute), now_ts)
-
-    def take(self, now_ts: float) -> float | None:
-        """Take one token: None if there was one, else the seconds until there is."""
-        elapsed_s = max(0.0, now_ts - self.updated_ts)
-        self.tokens = min(
-            float(self.rate_per_minute), self.tokens + elapsed_s * self.rate_per_minute / 60
-        )
-        self.updated_ts = now_ts
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return None
-        return (1.0 - self.tokens) * 60 / self.rate_per_minute
-
-
 def retry_after_s(wait_s: float) -> int:
     """Whole seconds for Retry-After: rounded up, at least 1."""
     return max(1, math.ceil(round(wait_s, 3)))
@@ -119,6 +96,7 @@ class Authenticator:
         self,
         keys: ApiKeyService,
         mode: AuthMode,
+        rates: KeyRateLimits,
         cache_ttl_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -129,7 +107,7 @@ class Authenticator:
         self._cache_ttl_s = cache_ttl_s
         self._clock = clock
         self._cache: dict[str, _CachedLookup] = {}  # key hash -> lookup, oldest first
-        self._buckets: dict[str, TokenBucket] = {}  # key name -> bucket
+        self._rates = rates
 
     async def authenticate(
         self, authorization: str | None, priority_header: str | None
@@ -148,7 +126,7 @@ class Authenticator:
             return Principal(None, priority, None)
         record = await self._record(authorization)
         priority = effective_priority(record.priority, requested_priority(priority_header))
-        self._take_rate(record)
+        await self._take_rate(record)
         return Principal(record.name, priority, record.models)
 
     def _placeholder(self, authorization: str) -> bool:
@@ -177,15 +155,11 @@ class Authenticator:
             )
         return record
 
-    def _take_rate(self, record: ApiKeyRecord) -> None:
+    async def _take_rate(self, record: ApiKeyRecord) -> None:
         limit = record.rate_limit_per_minute
         if limit is None:
             return
-        now_ts = self._clock()
-        bucket = self._buckets.get(record.name)
-        if bucket is None or bucket.rate_per_minute != limit:
-            bucket = self._buckets[record.name] = TokenBucket.full(limit, now_ts)
-        wait_s = bucket.take(now_ts)
+        wait_s = await self._rates.take(record.name, limit)
         if wait_s is not None:
             seconds = retry_after_s(wait_s)
             raise RateLimited(

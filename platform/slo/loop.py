@@ -153,6 +153,14 @@ class SLOLoop:
         """Pick up the alerts still firing from before a restart."""
         self.firing = {a.fingerprint: a.severity for a in await self.plane.alerts.firing()}
 
+    def stand_down(self) -> None:
+        """Another gateway runs the loop now: switch off what this one switched on, and
+        forget its alerts (the new owner reads them from the database)."""
+        for name in self._states:
+            self.board.set(name, NO_ACTIONS)
+        self._states.clear()
+        self.firing = {}
+
     async def tick(self) -> None:
         now = self._clock()
         for name, spec in self._deployments().items():

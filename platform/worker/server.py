@@ -1,9 +1,10 @@
 """`vigil worker`: one process running engines, serving the gateway over HTTP.
 
-It registers with the gateway, then heart-beats every second: its slots' states,
-limits, stats and measured rates go up; the assignment (which engines to run) comes
-back and the runtime reconciles to it. Generation answers with one JSON line per
-event; when the gateway closes the stream (its client left), the request is aborted.
+It registers with each of its gateways, then heart-beats every second: its slots'
+states, limits, stats and measured rates go up; the assignment (which engines to run)
+comes back and the runtime reconciles to it (worker/gateways.py). Generation answers
+with one JSON line per event; when the gateway closes the stream (its client left), the
+request is aborted.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import msgspec
 import uvicorn
 from litestar import Litestar, Request, Response, get, post
@@ -25,7 +24,6 @@ from litestar.di import Provide
 from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from vigil.engine.device import free_memory_bytes
 from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.request import (
     FinishEvent,
@@ -41,65 +39,25 @@ from vigil.platform.lifecycle import DrainingServer
 from vigil.platform.settings import WorkerSettings
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.telemetry.tracing import WorkerSpans
+from vigil.platform.worker.gateways import GatewayLinks
 from vigil.platform.worker.protocol import (
-    Assignment,
     EmbedCall,
     EmbedResult,
     FinishWire,
     GenerateCall,
-    Heartbeat,
-    RegisterRequest,
-    SlotLimits,
-    SlotReport,
     TokenWire,
     carries_token,
-    profile_wire,
     sampling_params,
-    stats_wire,
 )
 from vigil.platform.worker.runtime import (
-    EngineSlot,
-    Slot,
     WorkerRuntime,
     configure_torch,
 )
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL_S = 1.0
 DRAIN_POLL_S = 0.1
 PARENT_CHECK_S = 1.0
-
-
-def report(slot: Slot) -> SlotReport:
-    limits, stats, profile = None, None, None
-    if slot.engine is not None:
-        core = slot.engine.core
-        limits = SlotLimits(
-            core.max_model_len,
-            core.kv_capacity_tokens,
-            core.config.max_num_seqs,
-            block_size=core.config.block_size,
-            kv_bytes_per_token=core.kv_bytes_per_token,
-            max_num_batched_tokens=core.config.max_num_batched_tokens,
-        )
-        stats = stats_wire(slot.engine.stats())
-        profile = profile_wire(slot.profile)
-    return SlotReport(
-        key=slot.spec.key,
-        state=slot.state.value,
-        progress=slot.progress,
-        error=slot.error,
-        limits=limits,
-        stats=stats,
-        prefill_tokens_per_s=slot.rates.prefill_tokens_per_s,
-        decode_step_s=slot.rates.decode_step_s(),
-        profile=profile,
-    )
-
-
-def _slots(assignment: Assignment) -> list[EngineSlot]:
-    return [EngineSlot(s.key, s.version.ref(), s.max_num_seqs) for s in assignment.slots]
 
 
 async def _generate(
@@ -218,69 +176,6 @@ def build_worker_app(
     )
 
 
-class GatewayLink:
-    """Registration and heartbeats: the worker's side of the protocol."""
-
-    def __init__(self, settings: WorkerSettings, runtime: WorkerRuntime, address: str) -> None:
-        self.settings = settings
-        self.runtime = runtime
-        self.address = address
-        self.registered = False
-        self._client = httpx.AsyncClient(
-            base_url=settings.gateway_url.rstrip("/"),
-            timeout=10,
-            headers={"Authorization": f"Bearer {settings.token}"},
-        )
-
-    async def run(self) -> None:
-        parent = os.getppid()
-        while True:
-            try:
-                await self._beat()
-            except (httpx.HTTPError, msgspec.DecodeError) as exc:
-                if self.registered:
-                    log.warning("gateway unreachable (%s); will register again", exc)
-                self.registered = False
-            self.runtime.stop_drained()
-            if self.settings.exit_with_parent and os.getppid() != parent:
-                log.info("parent process gone: stopping")
-                return
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-
-    async def beat(self) -> None:
-        await self._beat()
-
-    async def _beat(self) -> None:
-        if not self.registered:
-            body = RegisterRequest(
-                self.settings.worker_id,
-                self.address,
-                str(self.runtime.device),
-                free_memory_bytes(self.runtime.device),
-                os.getpid(),
-            )
-            response = await self._client.post(
-                "/internal/workers/register", content=msgspec.json.encode(body)
-            )
-        else:
-            beat = Heartbeat([report(s) for s in self.runtime.slots.values()])
-            response = await self._client.post(
-                f"/internal/workers/{self.settings.worker_id}/heartbeat",
-                content=msgspec.json.encode(beat),
-            )
-            if response.status_code == 404:  # the gateway restarted and forgot us
-                self.registered = False
-                return
-        response.raise_for_status()
-        if not self.registered:
-            log.info("registered with %s as %s", self.settings.gateway_url, self.settings.worker_id)
-        self.registered = True
-        self.runtime.reconcile(_slots(msgspec.json.decode(response.content, type=Assignment)))
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-
 def run_worker(settings: WorkerSettings) -> None:
     configure_torch(settings.engine)
     registry = CollectorRegistry()
@@ -293,13 +188,12 @@ def run_worker(settings: WorkerSettings) -> None:
     address = f"http://{settings.advertise_host or host}:{port}"
     spans = WorkerSpans.of(settings.tracing, settings.worker_id, metrics.spans_dropped)
     app = build_worker_app(runtime, settings.token, registry, spans)
-    link = GatewayLink(settings, runtime, address)
+    link = GatewayLinks(settings, runtime, address)
 
     async def drain() -> None:
-        """Tell the gateway at once (its heartbeat shows every engine draining, so no new
+        """Tell the gateways at once (the heartbeat shows every engine draining, so no new
         request comes), then wait for the running ones, up to the bound."""
-        with contextlib.suppress(httpx.HTTPError, msgspec.DecodeError):
-            await link.beat()
+        await link.beat()
         for _ in range(int(settings.drain_timeout_s / DRAIN_POLL_S)):
             if not runtime.busy():
                 return

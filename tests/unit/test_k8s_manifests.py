@@ -81,6 +81,7 @@ def test_the_gateway_and_worker_run_commands_vigil_takes() -> None:
     parser = build_parser()
     args = vars(parser.parse_args(gateway["args"]))
     env = {f"VIGIL_{k.removeprefix('VIGIL_')}": v for k, v in _env(gateway).items()}
+    env["VIGIL_REDIS_URL"] = "redis://redis:6379"  # what the Secret's redis-url would hold
     settings = serve_settings(args, env)
     assert settings.auth == "keys" and settings.workers == 0 and settings.host == "0.0.0.0"
     grace = deployments["vigil-gateway"]["spec"]["template"]["spec"][
@@ -92,7 +93,8 @@ def test_the_gateway_and_worker_run_commands_vigil_takes() -> None:
     wargs = [a.replace("$(POD_IP)", "10.0.0.7") for a in worker["args"]]
     wenv = {**_env(worker), "VIGIL_WORKER_TOKEN": "t"}
     wsettings = worker_settings(vars(parser.parse_args(wargs)), wenv)
-    assert wsettings.gateway_url == "http://vigil-gateway-internal:8000"
+    assert wsettings.gateway_urls == ("http://vigil-gateway-internal:8000",)
+    assert wsettings.resolve_gateways  # every gateway pod behind the headless Service
     assert wsettings.port == 9000 and wsettings.advertise_host == "10.0.0.7"
     wgrace = deployments["vigil-worker"]["spec"]["template"]["spec"][
         "terminationGracePeriodSeconds"
@@ -101,7 +103,16 @@ def test_the_gateway_and_worker_run_commands_vigil_takes() -> None:
     startup = worker["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # a model load
     services = {s["metadata"]["name"]: s for s in objects("base", "Service")}
-    assert services["vigil-gateway-internal"]["spec"]["publishNotReadyAddresses"] is True
+    internal = services["vigil-gateway-internal"]["spec"]
+    assert internal["publishNotReadyAddresses"] is True and internal["clusterIP"] == "None"
+    # Two gateways, each evictable while the other serves: the loops move, nothing stops.
+    assert deployments["vigil-gateway"]["spec"]["replicas"] == 2
+    budgets = {b["metadata"]["name"]: b["spec"] for b in objects("base", "PodDisruptionBudget")}
+    assert budgets["vigil-gateway"]["maxUnavailable"] == 1
+    secrets = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in gateway["env"] if "valueFrom" in e
+    }
+    assert secrets["VIGIL_REDIS_URL"] == {"name": "vigil", "key": "redis-url", "optional": True}
     [job] = objects("base", "Job")
     assert _container(job)["args"] == ["migrate"]
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,21 @@ def test_sqlite_backfills_models_for_versions_recorded_earlier(tmp_path: Path) -
 @pytest.mark.postgres
 def test_postgresql_backfills_models_for_versions_recorded_earlier(postgres_url: str) -> None:
     versions_recorded_before_0003_survive(postgres_url)
+
+
+@pytest.mark.postgres
+def test_gateways_migrating_one_postgresql_at_once_all_succeed(postgres_url: str) -> None:
+    """Two replicas and the migration Job start together: one creates the schema, the
+    others wait for it and find it at head."""
+    vigil = Path(sys.executable).with_name("vigil")
+    procs = [
+        subprocess.Popen(
+            [str(vigil), "migrate", "--database-url", postgres_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert current_revision(postgres_url) == head_revision()

@@ -224,3 +224,29 @@ async def test_a_shadow_worse_than_stable_is_reported_once_and_left_running(
     assert decision.details["shadow_bad"] == pytest.approx(0.25)
     assert decision.details["shadow_requests"] == 20
     assert not await plane.alerts.firing()  # a shadow's misses page nobody
+
+
+async def test_a_gateway_that_hands_the_loop_on_switches_its_actions_off(
+    plane: ControlPlane,
+) -> None:
+    """Another gateway owns the loop now: what this one switched on would stay on with
+    nothing to switch it off, and its alerts are the new owner's to resolve."""
+    clock = Clock()
+    tracker, board = SLOTracker(clock), ActionBoard()
+    spec = DeploymentSpec(SMOLLM2, STABLE, slo=SLO)
+    tracker.set_targets({SMOLLM2: SLO})
+    loop = SLOLoop(tracker, board, plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock)
+    for _ in range(50):
+        tracker.record(served(STABLE.key, ttft_s=3.0))
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True) and loop.firing
+    loop.stand_down()
+    assert board.get(SMOLLM2) == SLOActions() and loop.firing == {}
+    taken_over = SLOLoop(
+        tracker, ActionBoard(), plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock
+    )
+    await taken_over.start()
+    await taken_over.tick()  # still burning: the page already fires, none is sent again
+    assert len(await plane.alerts.firing()) == 1
+    fired = [d for d in await plane.alerts.decisions(SMOLLM2) if d.kind == "alert"]
+    assert len(fired) == 1
