@@ -1,17 +1,24 @@
 """Native CPU kernels, compiled on first use with the machine's C++ compiler.
 
 Optional: when the compiler or ninja is missing, or the build fails, the engine
-runs the pure PyTorch path and says so once in the log. The build is cached
-(TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so only the first
+runs the pure PyTorch path and says so once in the log. The build is cached in
+TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions)/vigil, so only the first
 start on a machine pays for it (about half a minute).
+
+Each build runs in a folder of its own and its library is moved into the cache when
+done, so a start stopped mid-build (Ctrl-C, a killed pod) leaves no lock that would
+make every later start wait forever, and two starts at once each build and finish.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import logging
+import os
 import platform
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -23,21 +30,49 @@ _SOURCE = Path(__file__).with_name("paged_attention.cpp")
 @functools.cache
 def paged_attention_ext() -> ModuleType | None:
     try:
-        from torch.utils.cpp_extension import load
-
         # -march=native: the build is only valid on this kind of CPU, so the cached
         # build is named for it, and for its source: checkouts of different sources
-        # on one machine each keep their own build instead of rebuilding a shared one.
+        # on one machine each keep their own build.
         key = hashlib.sha1(_cpu_model().encode() + _SOURCE.read_bytes()).hexdigest()[:8]
-        return load(
-            name=f"vigil_paged_attention_{key}",
-            sources=[str(_SOURCE)],
-            extra_cflags=["-O3", "-march=native", "-ffast-math"],
-            verbose=False,
-        )
+        return cached_or_built(f"vigil_paged_attention_{key}", _SOURCE, cache_dir())
     except Exception as exc:  # no compiler, no ninja, a failed build: use PyTorch
         log.warning("native paged attention unavailable (%s); using the PyTorch path", exc)
         return None
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
+    return Path(root) / "vigil"
+
+
+def cached_or_built(name: str, source: Path, cache: Path) -> ModuleType:
+    library = cache / f"{name}.so"
+    if library.exists():
+        return _import(name, library)
+    from torch.utils.cpp_extension import load
+
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f"{name}.build-") as build:
+        module = load(
+            name=name,
+            sources=[str(source)],
+            build_directory=build,
+            extra_cflags=["-O3", "-march=native", "-ffast-math"],
+            verbose=False,
+        )
+        os.replace(Path(build) / f"{name}.so", library)  # atomic: whole or absent
+    return module
+
+
+def _import(name: str, library: Path) -> ModuleType:
+    import torch  # noqa: F401  (the library links against torch's, loaded first)
+
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {library}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _cpu_model() -> str:

@@ -3,10 +3,13 @@ PyTorch path (gather the context, masked SDPA) on the same cache."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
-from vigil.engine.kernels import paged_attention_ext
+from vigil.engine.kernels import cache_dir, cached_or_built, paged_attention_ext
 from vigil.engine.model.attention import AttentionMetadata, paged_attention
 
 
@@ -64,3 +67,18 @@ def test_native_decode_attention_equals_gather_and_sdpa(
     torch.testing.assert_close(
         run(case, kernel=True), run(case, kernel=False), atol=1e-5, rtol=1e-5
     )
+
+
+def test_a_start_stopped_mid_build_leaves_nothing_that_blocks_the_next(tmp_path: Path) -> None:
+    """A killed start leaves its build folder (with torch's lock in it) behind; the next
+    start loads the finished library from the cache without looking at it."""
+    ext = paged_attention_ext()
+    assert ext is not None
+    name = ext.__name__
+    built = cache_dir() / f"{name}.so"
+    abandoned = tmp_path / f"{name}.build-killed"
+    abandoned.mkdir()
+    (abandoned / "lock").touch()
+    shutil.copy(built, tmp_path / built.name)
+    module = cached_or_built(name, Path("never-compiled.cpp"), tmp_path)
+    assert hasattr(module, "paged_decode_attention")
