@@ -8,7 +8,7 @@ A key that is sent must be valid in both modes; `AuthMode.OPEN` only lets a requ
 without any key through, as `ANONYMOUS`. Lookups are cached for `cache_ttl_s`; the cache
 is dropped whenever the control plane changes through this gateway, so a key revoked
 here stops working at once, and one revoked through another gateway on the same
-database within `cache_ttl_s`.
+database within `cache_ttl_s`. While the database cannot be reached, a key's last lookup holds.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from enum import StrEnum
 from vigil.engine.request import Priority
 from vigil.platform.control.access.keys import KEY_PREFIX, ApiKeyService, hash_key
 from vigil.platform.control.access.records import ApiKeyRecord
+from vigil.platform.control.db import database_unreachable
 from vigil.platform.errors import InvalidRequest, RateLimited, Unauthorized
 
 PRIORITY_HEADER = "x-vigil-priority"
@@ -205,7 +206,14 @@ class Authenticator:
         cached = self._cache.get(key_hash)
         if cached is not None and cached.expires_ts > now_ts:
             return cached.record
-        record = await self._keys.find(token)
+        try:
+            record = await self._keys.find(token)
+        except Exception as exc:
+            if cached is None or not database_unreachable(exc):
+                raise
+            # The database is away: its last answer holds, asked again after another ttl
+            # (not on every request: a lookup may wait for a connect timeout).
+            record = cached.record
         self._remember(key_hash, _CachedLookup(record, now_ts + self._cache_ttl_s), now_ts)
         return record
 

@@ -11,8 +11,8 @@ over HTTP (worker/protocol.py), and an in-process fake in the tests. Its contrac
   raise: the request ends with an ERROR finish, so the client gets a clean error at the
   end of its stream. Closing the iterator early aborts the request on the worker.
 - A lost host or a cut link sends no reset, so silence is the sign: a worker that says
-  nothing for STREAM_IDLE_S (it writes a blank line every KEEPALIVE_S while a request
-  waits) has failed, like one whose heartbeats stop for as long (workers.py).
+  nothing on a request for STREAM_IDLE_S (it writes a blank line every KEEPALIVE_S while
+  the request waits) has failed, as has one whose heartbeats stop (workers.py).
 - TokenEvents carry the gateway's clock (when the token reached the gateway); the
   finish writes the worker's queue time into the request's own clock.
 """
@@ -45,12 +45,14 @@ from vigil.platform.worker.protocol import (
 )
 
 _EVENTS = msgspec.json.Decoder(TokenWire | FinishWire)
-# A worker host that does not answer at all. No longer than a silent stream is allowed
-# to be: a request sent to a host that just dropped off goes elsewhere as soon.
+# A worker host that does not answer at all: a request sent to one that just dropped off
+# goes elsewhere no later than the heartbeats would have it.
 CONNECT_TIMEOUT_S = HEARTBEAT_TIMEOUT_S
 # The most a worker may say nothing on a request (answer headers, events, keep-alives):
-# a few of its keep-alives (worker/keepalive.py, KEEPALIVE_S) may be late, not all.
-STREAM_IDLE_S = HEARTBEAT_TIMEOUT_S
+# a few of its keep-alives (worker/keepalive.py, KEEPALIVE_S) may be late, not all. A bit
+# more than the heartbeats get: a stream cut by mistake is a client's error, a worker
+# given up by mistake only moves new requests for a second.
+STREAM_IDLE_S = 3.0
 EMBED_TIMEOUT_S = 60.0
 Events = AsyncGenerator[EngineEvent, None]
 

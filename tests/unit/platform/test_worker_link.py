@@ -192,9 +192,10 @@ async def test_keepalives_hold_a_waiting_request_past_the_idle_bound(link) -> No
     assert not failed
 
 
-def test_silence_bounds_leave_room_for_late_keepalives_and_match_heartbeats() -> None:
-    """A worker is given up after HEARTBEAT_TIMEOUT_S of silence, whichever way it
-    talks; its keep-alives come often enough that one or two late ones do not count."""
-    assert STREAM_IDLE_S == HEARTBEAT_TIMEOUT_S <= 3.0
-    assert CONNECT_TIMEOUT_S <= STREAM_IDLE_S
+def test_a_lost_worker_is_given_up_within_3_s_and_late_keepalives_are_tolerated() -> None:
+    """A worker that drops off is given up within 3 s, on its heartbeats and on its
+    streams and connects; its keep-alives come often enough that one or two late ones
+    do not cut a stream."""
+    assert HEARTBEAT_TIMEOUT_S < 3.0 and STREAM_IDLE_S <= 3.0
+    assert CONNECT_TIMEOUT_S <= HEARTBEAT_TIMEOUT_S
     assert STREAM_IDLE_S >= 2 * KEEPALIVE_S
