@@ -197,8 +197,10 @@ class Authenticator:
             )
 
     def forget_keys(self) -> None:
-        """Drop every cached lookup (after a control-plane change: a revoke, say)."""
-        self._cache.clear()
+        """Look every key up again (after a control-plane change: a revoke, say). The
+        answers are kept, expired: should the database be away, they still hold."""
+        for lookup in self._cache.values():
+            lookup.expires_ts = float("-inf")
 
     async def _lookup(self, token: str) -> ApiKeyRecord | None:
         key_hash = hash_key(token)
