@@ -63,7 +63,8 @@ class LLMEngine:
     def __init__(self, lm: LanguageModel, config: EngineConfig) -> None:
         self.lm = lm
         self.config = config
-        bytes_per_block = kv_bytes_per_token(lm) * config.block_size
+        self.kv_bytes_per_token = kv_bytes_per_token(lm)
+        bytes_per_block = self.kv_bytes_per_token * config.block_size
         num_blocks = config.kv_cache_memory_bytes // bytes_per_block
         if num_blocks < 1:
             raise ValueError(

@@ -27,6 +27,7 @@ from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
+from vigil.platform.planning.service import PlanService
 from vigil.platform.services import REPLICA_WRITE_S, Services, live_gauges, sample_deployments
 from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.router import console_router, console_stores
@@ -135,6 +136,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
                 services.sign_ins,
                 services.slos,
                 services.tracing.ring if services.tracing else None,
+                PlanService(services.view),
             ),
             healthz,
             readyz,

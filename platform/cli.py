@@ -318,7 +318,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     user.add_argument("--database-url", help="SQLAlchemy URL  [VIGIL_DATABASE_URL]")
     user.add_argument("--data-dir", help="data dir of the default SQLite database")
+    _add_plan_parser(sub)
     return parser
+
+
+def _add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="workers needed for a load, from a running gateway's measured rates",
+        description="Asks a running gateway (POST /api/admin/plan, as a Vigil user of any "
+        "role) how many workers the deployment needs for the load, with the predicted TTFT "
+        "p99 and tokens/s per stream and the resource that binds. Lengths: 200 (fixed), "
+        "40,200,1000 (a list drawn from), or mean=200,p99=800 (log-normal).",
+    )
+    plan.add_argument("--deployment", required=True, help="the deployment (`model`) to plan")
+    plan.add_argument("--rps", type=float, required=True, help="requests per second")
+    plan.add_argument("--prompt-tokens", required=True, help="prompt lengths, in tokens")
+    plan.add_argument("--output-tokens", required=True, help="output lengths, in tokens")
+    plan.add_argument("--ttft-p99", type=float, help="TTFT p99 target, s (the deployment's SLO)")
+    plan.add_argument(
+        "--min-tokens-per-s", type=float, help="per-stream tokens/s target (the deployment's SLO)"
+    )
+    plan.add_argument(
+        "--gateway", default="http://127.0.0.1:8000", help="the gateway's base URL (%(default)s)"
+    )
+    plan.add_argument("--user", required=True, help="a Vigil user (a viewer is enough)")
+    plan.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from the first line of standard input instead of a prompt",
+    )
+    plan.add_argument("--seed", type=int, default=0, help="the simulation's seed (0)")
+    plan.add_argument("--json", action="store_true", help="print the admin API's answer")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -334,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _admin(args)
         if args.command == "worker":
             return _worker(args)
+        if args.command == "plan":
+            return _plan(args)
     except SettingsError as exc:
         print(f"vigil: {exc}", file=sys.stderr)
         return 2
@@ -435,13 +468,34 @@ def _admin(args: argparse.Namespace) -> int:
         return 2
 
 
-def _read_password(from_stdin: bool) -> str:
+def _plan(args: argparse.Namespace) -> int:
+    from vigil.platform.planning.command import PlanCommandError, length_spec, run
+
+    try:
+        body = {
+            "deployment": args.deployment,
+            "rps": args.rps,
+            "prompt_tokens": length_spec(args.prompt_tokens),
+            "output_tokens": length_spec(args.output_tokens),
+            "ttft_p99_s": args.ttft_p99,
+            "min_tokens_per_s": args.min_tokens_per_s,
+            "seed": args.seed,
+        }
+        password = _read_password(args.password_stdin, confirm=False)
+        print(run(args.gateway, args.user, password, body, args.json))
+    except PlanCommandError as exc:
+        print(f"vigil: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _read_password(from_stdin: bool, confirm: bool = True) -> str:
     if from_stdin:
         return sys.stdin.readline().rstrip("\r\n")
     import getpass
 
     password = getpass.getpass("Password: ")
-    if getpass.getpass("Password again: ") != password:
+    if confirm and getpass.getpass("Password again: ") != password:
         raise ValueError("the two passwords differ; nothing was created")
     return password
 

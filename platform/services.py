@@ -13,13 +13,13 @@ import httpx
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vigil.engine.bundled import ModelKind, bundled_source
+from vigil.engine.bundled import ModelKind
 from vigil.platform.alerts.delivery import WebhookDelivery
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.replicas.records import ReplicaReport
-from vigil.platform.control.specs import DeploymentSpec, VersionRef, bundled_version
+from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
@@ -94,8 +94,8 @@ class Services:
         settings = self.settings
         await self.plane.seed_bundled(list(settings.models))
         if settings.config_path is not None:
-            generate = {n for n in settings.models if bundled_source(n).kind is ModelKind.GENERATE}
-            await self.plane.apply_config(load_deployments(settings.config_path, generate))
+            bundled = set(settings.models)
+            await self.plane.apply_config(load_deployments(settings.config_path, bundled))
         await self.reload_serving_view()
 
     async def on_control_change(self) -> None:
@@ -202,16 +202,13 @@ def build_services(
     worker processes; tokenizers read from the model files); tests pass their own."""
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    embed = [
-        bundled_version(n) for n in settings.models if bundled_source(n).kind is ModelKind.EMBED
-    ]
     workers = WorkerRegistry()
     http = httpx.AsyncClient(
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
     )
     link = link or HttpWorkerLink(http, worker_token, workers.mark_failed)
     tokenizers = tokenizers or TokenizerCache()
-    view = ServingView(workers, embed)
+    view = ServingView(workers)
     live = LiveSeries()
     registry.register(EngineStatsCollector(lambda: engine_snapshots(workers)))
     registry.register(WorkerCollector(workers.liveness))
@@ -298,8 +295,10 @@ def sample_deployments(services: Services) -> None:
             kv_cache_usage=max((s.kv_cache_usage for s in mine), default=0.0),
         )
         actions = services.actions.get(spec.name)
+        canary = spec.canary.key if spec.canary is not None else None
+        services.series.keep_versions(spec.name, keys)
         services.series.sample(
-            spec.name, gauges, spec.slo.ttft_p99_s, actions.shed_batch, actions.fallback
+            spec.name, gauges, spec.slo.ttft_p99_s, canary, actions.shed_batch, actions.fallback
         )
     services.series.forget({spec.name for spec in specs})
 

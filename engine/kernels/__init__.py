@@ -25,11 +25,12 @@ def paged_attention_ext() -> ModuleType | None:
     try:
         from torch.utils.cpp_extension import load
 
-        # -march=native: the build is only valid on this kind of CPU, so the
-        # cached build is named for it.
-        cpu = hashlib.sha1(_cpu_model().encode()).hexdigest()[:8]
+        # -march=native: the build is only valid on this kind of CPU, so the cached
+        # build is named for it, and for its source: checkouts of different sources
+        # on one machine each keep their own build instead of rebuilding a shared one.
+        key = hashlib.sha1(_cpu_model().encode() + _SOURCE.read_bytes()).hexdigest()[:8]
         return load(
-            name=f"vigil_paged_attention_{cpu}",
+            name=f"vigil_paged_attention_{key}",
             sources=[str(_SOURCE)],
             extra_cflags=["-O3", "-march=native", "-ffast-math"],
             verbose=False,

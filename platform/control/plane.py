@@ -81,8 +81,7 @@ class ControlPlane:
         return [record.spec for record in await self.deployments.list()]
 
     async def seed_bundled(self, models: list[str]) -> None:
-        """Register each bundled model and its version (once), and when there is no
-        deployment at all, deploy each bundled generation model under its own name."""
+        """Register each bundled model and its version (once), and deploy them (_seed)."""
         refs = [bundled_version(name) for name in models]
         checksums = await self._checksums_of_unregistered(refs)
         try:
@@ -116,18 +115,24 @@ class ControlPlane:
         return {ref.key: await verified_checksum(ref) for ref in missing}
 
     async def _seed(self, refs: list[VersionRef], checksums: dict[str, str]) -> bool:
+        """The versions, and the deployments: each bundled model under its own name when
+        there is no deployment at all; and an embedding model no deployment serves gets
+        one then too (one served before embedding models were deployed keeps serving)."""
         async with self._sessions.begin() as session:
             changed = False
             for ref in refs:
                 changed |= await ensure_version(session, ref, checksums, "system")
-            if not await DeploymentRepository(session).names():
-                for ref in refs:
-                    if ref.kind is ModelKind.GENERATE:
-                        draft = DeploymentDraft(VersionKey(ref.model, ref.version))
-                        await create_deployment(
-                            session, ref.model, draft, SLOTargets(), "system", set()
-                        )
-                        changed = True
+            repo = DeploymentRepository(session)
+            names = await repo.names()
+            served = await repo.models_served() if names else set()
+            for ref in refs:
+                fresh = not names or (ref.kind is ModelKind.EMBED and ref.model not in served)
+                if fresh and ref.model not in names:
+                    draft = DeploymentDraft(VersionKey(ref.model, ref.version))
+                    await create_deployment(
+                        session, ref.model, draft, SLOTargets(), "system", set(names)
+                    )
+                    changed = True
             return changed
 
     async def _changed(self) -> None:

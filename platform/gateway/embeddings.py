@@ -1,10 +1,10 @@
-"""From texts asked of an embedding model to vectors computed on a worker: usage and
-metrics here, token caps there (the worker holds the model's tokenizer and its limit)."""
+"""From texts asked of an embedding deployment to vectors computed on a worker by its
+stable version or, for its share, its canary: usage, metrics and SLIs here, token caps
+there (the worker holds the model's tokenizer and its limit)."""
 
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass
 
 from vigil.platform.errors import InvalidRequest, PermissionDenied
@@ -41,7 +41,7 @@ class EmbeddingService:
         self, model: str, texts: list[str], principal: Principal, arrival_ts: float
     ) -> Embeddings:
         """`texts` as the client sent them; errors about one name it as `input[i]`."""
-        version = self.view.embedding(model)
+        spec = self.view.embedding(model)
         if not principal.may_use(model):
             raise PermissionDenied(
                 f"This API key may not use the model '{model}'.",
@@ -49,13 +49,13 @@ class EmbeddingService:
                 code="model_not_allowed",
             )
         self._check_size(texts)
+        version = self.view.choose_version(spec)
         num_tokens, ok = 0, False
         try:
             result = await self._embed(version.key, texts)
             num_tokens, ok = result.num_tokens, True
         finally:
-            latency_s = time.monotonic() - arrival_ts
-            self.recorder.embedding(model, version.key, num_tokens, latency_s, ok)
+            self.recorder.embedding(model, version.key, num_tokens, arrival_ts, ok)
         return Embeddings(result.vectors, num_tokens, f"{version.model}/{version.version}")
 
     def _check_size(self, texts: list[str]) -> None:

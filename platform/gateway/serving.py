@@ -4,19 +4,22 @@ A deployment is the `model` clients send: a stable version and perhaps a canary 
 share of the traffic. Rollout: a deployment's traffic moves to a new stable version
 only once some worker has it ready; until then the version it replaced keeps serving
 (and stays assigned to the workers). A canary gets its share only while it is ready
-somewhere. Embedding models are served under their own names.
+somewhere. An embedding model is deployed the same way (its versions are of the embed
+kind), and served at /v1/embeddings only.
 """
 
 from __future__ import annotations
 
 import time
 
+from vigil.engine.bundled import ModelKind
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.errors import InvalidRequest, ModelNotFound
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.worker.protocol import SlotSpec, VersionWire
 
 LONG_POOL_SUFFIX = "#long"
+_KIND_NAMES = {ModelKind.EMBED: "an embedding model", ModelKind.GENERATE: "a generation model"}
 
 
 def engine_key(version: VersionRef, long_pool: bool = False) -> str:
@@ -24,9 +27,9 @@ def engine_key(version: VersionRef, long_pool: bool = False) -> str:
     return version.key + (LONG_POOL_SUFFIX if long_pool else "")
 
 
-def engine_slots(deployments: list[DeploymentSpec], embed: list[VersionRef]) -> list[SlotSpec]:
+def engine_slots(deployments: list[DeploymentSpec]) -> list[SlotSpec]:
     """One engine per version in use, one more per version a long-prompt pool uses
-    (sized for the largest pool on it), one per embedding model."""
+    (sized for the largest pool on it)."""
     slots: dict[str, SlotSpec] = {}
     for d in deployments:
         for version in d.versions:
@@ -37,8 +40,6 @@ def engine_slots(deployments: list[DeploymentSpec], embed: list[VersionRef]) -> 
                 old = slots.get(key)
                 seqs = max(pool.max_num_seqs, (old.max_num_seqs or 0) if old else 0)
                 slots[key] = SlotSpec(key, VersionWire.of(version), seqs)
-    for version in embed:
-        slots[version.key] = SlotSpec(version.key, VersionWire.of(version))
     return list(slots.values())
 
 
@@ -65,11 +66,10 @@ class TrafficSplit:
 
 
 class ServingView:
-    def __init__(self, workers: WorkerRegistry, embed: list[VersionRef]) -> None:
+    def __init__(self, workers: WorkerRegistry) -> None:
         self.workers = workers
         self.created_ts = time.time()  # wall clock, for /v1/models
         self.deployments: dict[str, DeploymentSpec] = {}
-        self.embed = {v.model: v for v in embed}
         self.split = TrafficSplit()
         self._serving: dict[str, VersionRef] = {}  # deployment -> the stable now serving
 
@@ -109,47 +109,45 @@ class ServingView:
             for name, version in self._serving.items()
             if version != self.deployments[name].stable
         ]
-        return engine_slots([*self.deployments.values(), *kept], list(self.embed.values()))
+        return engine_slots([*self.deployments.values(), *kept])
 
     def versions_in_use(self) -> list[VersionRef]:
         versions = {v.key: v for d in self.deployments.values() for v in d.versions}
         versions.update((v.key, v) for v in self._serving.values())
-        versions.update((v.key, v) for v in self.embed.values())
         return list(versions.values())
 
     def serving_versions(self) -> list[VersionRef]:
-        """Every deployment's serving version and every embedding model: what must be
-        ready for the gateway to be (a version still rolling out does not count)."""
-        serving = [self._serving.get(d.name, d.stable) for d in self.deployments.values()]
-        return [*serving, *self.embed.values()]
+        """Every deployment's serving version: what must be ready for the gateway to be
+        (a version still rolling out does not count)."""
+        return [self._serving.get(d.name, d.stable) for d in self.deployments.values()]
 
     def names(self) -> list[str]:
-        return [*self.deployments, *self.embed]
+        return list(self.deployments)
 
     def deployment(self, name: str) -> DeploymentSpec:
+        """The generation deployment called `name`."""
+        return self._of_kind(name, ModelKind.GENERATE)
+
+    def embedding(self, name: str) -> DeploymentSpec:
+        """The embedding deployment called `name`."""
+        return self._of_kind(name, ModelKind.EMBED)
+
+    def _of_kind(self, name: str, kind: ModelKind) -> DeploymentSpec:
         spec = self.deployments.get(name)
         if spec is None:
-            if name in self.embed:
-                raise InvalidRequest(
-                    f"The model '{name}' is an embedding model; use /v1/embeddings.",
-                    param="model",
-                    code="wrong_model_kind",
-                )
             raise ModelNotFound(name, self.names())
+        if spec.stable.kind is not kind:
+            use = (
+                "/v1/embeddings"
+                if spec.stable.kind is ModelKind.EMBED
+                else "/v1/chat/completions or /v1/completions"
+            )
+            raise InvalidRequest(
+                f"The model '{name}' is {_KIND_NAMES[spec.stable.kind]}; use {use}.",
+                param="model",
+                code="wrong_model_kind",
+            )
         return spec
-
-    def embedding(self, name: str) -> VersionRef:
-        version = self.embed.get(name)
-        if version is None:
-            if name in self.deployments:
-                raise InvalidRequest(
-                    f"The model '{name}' is a generation model; use /v1/chat/completions or "
-                    "/v1/completions.",
-                    param="model",
-                    code="wrong_model_kind",
-                )
-            raise ModelNotFound(name, self.names())
-        return version
 
     def choose_version(self, spec: DeploymentSpec) -> VersionRef:
         """The canary for its share of requests while it is ready, else the stable now

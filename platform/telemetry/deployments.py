@@ -51,6 +51,7 @@ class DeploymentPoint:
     ttft_target_s: float | None  # the SLO's ttft_p99_s, drawn as a line
     output_tokens_per_s: float
     requests_per_s: dict[str, float]  # LINES -> rate
+    canary_served_per_s: float  # of the served ones, those the canary version served
     fallbacks_per_s: float  # interactive requests sent to the fallback deployment
     shedding_batch: bool  # the SLO loop's actions now
     falling_back: bool
@@ -61,9 +62,11 @@ class _Counts:
     num_tokens: int = 0
     ends: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LINES, 0))
     num_fallbacks: int = 0
+    served_by: dict[str, int] = field(default_factory=dict)  # version -> served
     ttfts: deque[tuple[float, float]] = field(default_factory=deque)  # (monotonic ts, s)
     points: deque[DeploymentPoint] = field(default_factory=lambda: deque(maxlen=MAX_POINTS))
-    last: tuple[float, int, dict[str, int], int] | None = None  # ts, tokens, ends, fallbacks
+    # ts, tokens, ends, fallbacks, served by version
+    last: tuple[float, int, dict[str, int], int, dict[str, int]] | None = None
 
 
 class DeploymentSeries:
@@ -83,10 +86,14 @@ class DeploymentSeries:
     def add_ttft(self, deployment: str, ttft_s: float, now_ts: float) -> None:
         self._of(deployment).ttfts.append((now_ts, ttft_s))
 
-    def add_end(self, deployment: str, outcome: str) -> None:
+    def add_end(self, deployment: str, outcome: str, version: str | None = None) -> None:
         line = OUTCOME_LINES.get(outcome)
-        if line is not None:  # a client that left is none of them
-            self._of(deployment).ends[line] += 1
+        if line is None:  # a client that left is none of them
+            return
+        c = self._of(deployment)
+        c.ends[line] += 1
+        if line == "served" and version is not None:
+            c.served_by[version] = c.served_by.get(version, 0) + 1
 
     def add_fallback(self, deployment: str) -> None:
         self._of(deployment).num_fallbacks += 1
@@ -96,6 +103,7 @@ class DeploymentSeries:
         deployment: str,
         gauges: EngineGauges,
         ttft_target_s: float | None,
+        canary: str | None = None,
         shedding_batch: bool = False,
         falling_back: bool = False,
         now_ts: float | None = None,
@@ -107,8 +115,12 @@ class DeploymentSeries:
         def rate(current: int, before: int) -> float:
             return (current - before) / elapsed_s if elapsed_s > 0 else 0.0
 
-        before = c.last or (now, c.num_tokens, dict(c.ends), c.num_fallbacks)
-        c.last = (now, c.num_tokens, dict(c.ends), c.num_fallbacks)
+        before = c.last or (now, c.num_tokens, dict(c.ends), c.num_fallbacks, dict(c.served_by))
+        c.last = (now, c.num_tokens, dict(c.ends), c.num_fallbacks, dict(c.served_by))
+        if canary is None:
+            canary_rate = 0.0
+        else:
+            canary_rate = rate(c.served_by.get(canary, 0), before[4].get(canary, 0))
         while c.ttfts and c.ttfts[0][0] < now - self._ttft_window_s:
             c.ttfts.popleft()
         ttfts = sorted(t for _, t in c.ttfts)
@@ -123,6 +135,7 @@ class DeploymentSeries:
             ttft_target_s=ttft_target_s,
             output_tokens_per_s=rate(c.num_tokens, before[1]),
             requests_per_s={line: rate(c.ends[line], before[2][line]) for line in LINES},
+            canary_served_per_s=canary_rate,
             fallbacks_per_s=rate(c.num_fallbacks, before[3]),
             shedding_batch=shedding_batch,
             falling_back=falling_back,
@@ -142,3 +155,12 @@ class DeploymentSeries:
         """Drop the series of deployments that are gone."""
         for name in set(self._by_name) - keep:
             del self._by_name[name]
+
+    def keep_versions(self, deployment: str, versions: set[str]) -> None:
+        """Forget the served counts of versions the deployment no longer runs."""
+        c = self._by_name.get(deployment)
+        if c is not None:
+            for version in set(c.served_by) - versions:
+                del c.served_by[version]
+                if c.last is not None:
+                    c.last[4].pop(version, None)

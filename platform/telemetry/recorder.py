@@ -7,6 +7,7 @@ the gateway's request lease calls it as the request moves, exactly once per even
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -129,7 +130,7 @@ class RequestRecorder:
         m.requests.labels(*d, record.outcome.value).inc()
         if not record.shadow:
             self.live.add_request()
-            self.series.add_end(record.deployment, record.outcome.value)
+            self.series.add_end(record.deployment, record.outcome.value, record.version)
         if self.sink is not None:
             self.sink.record(record)
         if record.outcome is Outcome.ABORT:
@@ -141,12 +142,23 @@ class RequestRecorder:
             m.queue_time.labels(*d).observe(clock.queue_time_s)
 
     def embedding(
-        self, deployment: str, version: str, num_tokens: int, latency_s: float, ok: bool
+        self, deployment: str, version: str, num_tokens: int, arrival_ts: float, ok: bool
     ) -> None:
+        """An embedding request that has ended: its whole answer is its first token, so
+        its latency counts toward the TTFT SLI (and its failure toward availability)."""
+        now = time.monotonic()
         m = self.metrics
         m.prompt_tokens.labels(deployment, version).inc(num_tokens)
-        m.e2e.labels(deployment, version).observe(latency_s)
+        m.e2e.labels(deployment, version).observe(now - arrival_ts)
         outcome = Outcome.STOP if ok else Outcome.ERROR
         m.requests.labels(deployment, version, outcome.value).inc()
         self.live.add_request()
-        self.series.add_end(deployment, outcome.value)
+        self.series.add_end(deployment, outcome.value, version)
+        if self.sink is not None:
+            answered = now if ok else None
+            clock = RequestClock(arrival_ts, first_token_ts=answered, finished_ts=now)
+            self.sink.record(
+                RequestRecord(
+                    deployment, version, Priority.INTERACTIVE, outcome, num_tokens, 0, clock
+                )
+            )

@@ -25,6 +25,7 @@ from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.request import SamplingParams
 from vigil.engine.stats import EngineStats
 from vigil.platform.control.specs import VersionRef
+from vigil.platform.worker.profile import StepProfile
 
 
 class VersionWire(Struct, frozen=True):
@@ -79,6 +80,23 @@ class SlotLimits(Struct):
     max_model_len: int
     kv_capacity_tokens: int
     max_num_seqs: int
+    # For the capacity planner (0 from a worker that predates them).
+    block_size: int = 0
+    kv_bytes_per_token: int = 0
+    max_num_batched_tokens: int = 0
+
+
+class DecodePointWire(Struct, frozen=True):
+    batch_size: float  # mean number of sequences in the steps measured
+    step_s: float
+    num_steps: int
+
+
+class ProfileWire(Struct):
+    """What the engine costs, kept while it idles (worker.profile.StepProfile)."""
+
+    prefill_tokens_per_s: float | None
+    decode: list[DecodePointWire]
 
 
 class SlotReport(Struct):
@@ -90,6 +108,7 @@ class SlotReport(Struct):
     stats: dict[str, Any] | None = None  # EngineStats as a dict (generation slots)
     prefill_tokens_per_s: float | None = None  # measured on this worker
     decode_step_s: float | None = None  # None when no recent decode step
+    profile: ProfileWire | None = None  # generation slots, for the capacity planner
 
 
 class Heartbeat(Struct):
@@ -150,6 +169,13 @@ def stats_wire(stats: EngineStats) -> dict[str, Any]:
 
 def stats_of(wire: dict[str, Any]) -> EngineStats:
     return EngineStats(**wire, last_step=None)
+
+
+def profile_wire(profile: StepProfile) -> ProfileWire:
+    return ProfileWire(
+        profile.prefill_tokens_per_s,
+        [DecodePointWire(p.batch_size, p.step_s, p.num_steps) for p in profile.decode_points()],
+    )
 
 
 def carries_token(authorization: str | None, token: str) -> bool:

@@ -34,6 +34,7 @@ from vigil.engine.loaders.progress import report_progress
 from vigil.engine.stats import StepStats
 from vigil.platform.control.specs import VersionRef
 from vigil.platform.settings import EngineSettings
+from vigil.platform.worker.profile import StepProfile
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ class Slot:
     engine: AsyncLLMEngine | None = None
     embedder: AsyncEmbedder | None = None
     rates: RateMeter = field(default_factory=RateMeter)
+    profile: StepProfile = field(default_factory=StepProfile)  # for the capacity planner
     in_flight: int = 0  # requests the worker's API is serving on it
 
 
@@ -320,10 +322,11 @@ class WorkerRuntime:
         return lambda batch: hook(key, batch)
 
     def _step_hook(self, slot: Slot) -> Callable[[StepStats], None]:
-        key, rates, hook = slot.spec.key, slot.rates, self._on_step
+        key, rates, profile, hook = slot.spec.key, slot.rates, slot.profile, self._on_step
 
         def observe(step: StepStats) -> None:
             rates.observe(step)
+            profile.observe(step)
             if hook is not None:
                 hook(key, step)
 

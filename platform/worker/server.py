@@ -54,6 +54,7 @@ from vigil.platform.worker.protocol import (
     SlotReport,
     TokenWire,
     carries_token,
+    profile_wire,
     sampling_params,
     stats_wire,
 )
@@ -72,11 +73,19 @@ PARENT_CHECK_S = 1.0
 
 
 def report(slot: Slot) -> SlotReport:
-    limits, stats = None, None
+    limits, stats, profile = None, None, None
     if slot.engine is not None:
         core = slot.engine.core
-        limits = SlotLimits(core.max_model_len, core.kv_capacity_tokens, core.config.max_num_seqs)
+        limits = SlotLimits(
+            core.max_model_len,
+            core.kv_capacity_tokens,
+            core.config.max_num_seqs,
+            block_size=core.config.block_size,
+            kv_bytes_per_token=core.kv_bytes_per_token,
+            max_num_batched_tokens=core.config.max_num_batched_tokens,
+        )
         stats = stats_wire(slot.engine.stats())
+        profile = profile_wire(slot.profile)
     return SlotReport(
         key=slot.spec.key,
         state=slot.state.value,
@@ -86,6 +95,7 @@ def report(slot: Slot) -> SlotReport:
         stats=stats,
         prefill_tokens_per_s=slot.rates.prefill_tokens_per_s,
         decode_step_s=slot.rates.decode_step_s(),
+        profile=profile,
     )
 
 

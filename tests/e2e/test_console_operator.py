@@ -1,11 +1,17 @@
 """The console in Debian's Chromium against a real `vigil serve --auth keys`: an operator
 signs in, registers a version, loads it as a canary, gives it 10% of the traffic through
-the confirm step and finds the change in the audit log; a viewer gets no write controls
-and a forged write is refused; without a session nothing is shown."""
+the confirm step, watches the canary's share of the requests arrive in the overview's
+chart, finds the change in the audit log, promotes; a viewer gets no write controls and a
+forged write is refused; without a session nothing is shown, and on a host open to the
+network that holds without --auth."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +27,44 @@ VIEWER = ("vera", "vera-password-1")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  # type: ignore[no-untyped-def]
-    data_dir = tmp_path_factory.mktemp("console-e2e")
-    create_user(data_dir, *OPERATOR, role="operator")
-    create_user(data_dir, *VIEWER, role="viewer")
+def data_dir(tmp_path_factory, create_user) -> Path:  # type: ignore[no-untyped-def]
+    path = tmp_path_factory.mktemp("console-e2e")
+    create_user(path, *OPERATOR, role="operator")
+    create_user(path, *VIEWER, role="viewer")
+    return Path(path)
+
+
+@pytest.fixture(scope="module")
+def api_key(data_dir: Path) -> str:
+    """A key for the traffic the charts show, made with `vigil keys create`."""
+    vigil = Path(sys.executable).with_name("vigil")
+    made = subprocess.run(
+        [str(vigil), "keys", "create", "--name", "load", "--data-dir", str(data_dir)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return made.stdout.split()[0]
+
+
+@pytest.fixture(scope="module")
+def server(data_dir: Path, api_key: str, launch_vigil) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     flags = ["--auth", "keys", "--models", MODEL, "--kv-cache-memory", "96MiB"]
     with launch_vigil(data_dir, *flags) as s:
         yield s
+
+
+def send_requests(base_url: str, api_key: str, count: int) -> None:
+    """`count` short completions, two at a time."""
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    headers = {"authorization": f"Bearer {api_key}"}
+
+    def one(_: int) -> int:
+        r = httpx.post(f"{base_url}/v1/completions", json=body, headers=headers, timeout=60)
+        return r.status_code
+
+    with ThreadPoolExecutor(2) as pool:
+        assert set(pool.map(one, range(count))) == {200}
 
 
 def sign_in(page: Page, base_url: str, user: tuple[str, str], path: str = "/console/") -> None:
@@ -49,7 +86,7 @@ def set_canary(page: Page, version: str, weight: int) -> None:
 
 
 def test_an_operator_rolls_out_a_canary_from_the_console(
-    server: Any, page: Page, output_path: str
+    server: Any, api_key: str, page: Page, output_path: str
 ) -> None:
     base = server.base_url
     sign_in(page, base, OPERATOR, "/console/versions")
@@ -74,6 +111,21 @@ def test_an_operator_rolls_out_a_canary_from_the_console(
     expect(card.locator(".canary-weight")).to_have_text("10%")
     expect(page.locator("#flash")).to_contain_text("10% of requests to")
     page.screenshot(path=str(Path(output_path) / "console-deployments.png"), full_page=True)
+
+    # Traffic: the overview's requests chart shows the canary's share arrive.
+    page.goto(f"{base}/console/")
+    canary_line = f"window.vigilLive[{MODEL!r}].data.requests[6]"
+    page.wait_for_function(f"{canary_line} !== undefined", timeout=10_000)
+    assert page.evaluate(f"{canary_line}.filter((v) => v > 0).length") == 0
+    traffic = threading.Thread(target=send_requests, args=(base, api_key, 30))
+    traffic.start()
+    try:
+        page.wait_for_function(f"{canary_line}.some((v) => v > 0)", timeout=60_000)
+        served = f"window.vigilLive[{MODEL!r}].data.requests[1]"
+        assert page.evaluate(f"{served}.reduce((a, v) => a + (v || 0), 0)") > 0
+        page.screenshot(path=str(Path(output_path) / "console-canary.png"), full_page=True)
+    finally:
+        traffic.join(timeout=120)
 
     # The audit log says who did it.
     page.goto(f"{base}/console/audit")
@@ -133,3 +185,16 @@ def test_failed_sign_ins_are_throttled_in_the_form(server: Any, page: Page) -> N
     page.fill("input[name=password]", "another guess")
     page.click("#login-form button[type=submit]")
     expect(page.locator("#login-error")).to_contain_text("Too many failed sign-ins")
+
+
+def test_on_a_network_host_the_console_needs_a_session(
+    tmp_path_factory, launch_vigil, page: Page
+) -> None:  # type: ignore[no-untyped-def]
+    """`--host 0.0.0.0` with no --auth: keys mode, so the browser lands on sign-in."""
+    data_dir = tmp_path_factory.mktemp("console-network-host")
+    with launch_vigil(data_dir, "--host", "0.0.0.0", "--models", "all-minilm-l6-v2") as s:
+        page.goto(f"{s.base_url}/console/deployments")
+        expect(page).to_have_url(f"{s.base_url}/console/login?next=/console/deployments")
+        expect(page.locator("#login-form")).to_be_visible()
+        stream = httpx.get(f"{s.base_url}/console/stream", headers={"accept": "text/event-stream"})
+        assert stream.status_code == 401

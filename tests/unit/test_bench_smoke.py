@@ -75,3 +75,18 @@ def test_soak_quick_reports_rss_kv_blocks_and_a_verdict(vigil_server, capsys) ->
     assert "KV free blocks at idle: before" in out and "verdict:" in out, out
     assert flat, out  # the KV blocks came back once idle
     assert soak.slope_mb_per_min([(0, 100.0), (60, 103.0), (120, 106.0)]) == 3.0
+
+
+def test_plan_check_prints_predicted_against_measured() -> None:
+    """The planner's check, --quick: a real `vigil serve`, warmed, planned, then loaded."""
+    import subprocess
+
+    script = BENCH.with_name("plan_check.py")
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=540
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "measured rates:" in out and "planner's max for one worker" in out
+    row = out.strip().splitlines()[-1].split()
+    assert row[0] == "0.50" and int(row[2]) > 0  # a load was run and served

@@ -17,7 +17,8 @@
                ["shed/s", (p) => p.requests_per_s.shed, "#f59e0b"],
                ["timed out/s", (p) => p.requests_per_s.timed_out, "#7c3aed"],
                ["failed/s", (p) => p.requests_per_s.failed, "#dc2626"],
-               ["to fallback/s", (p) => p.fallbacks_per_s, "#0891b2", [4, 4]]],
+               ["to fallback/s", (p) => p.fallbacks_per_s, "#0891b2", [4, 4]],
+               ["served by canary/s", (p) => p.canary_served_per_s, "#db2777", [2, 3]]],
   };
   const live = (window.vigilLive = {}); // deployment -> {data: {chart: columns}, charts}
 

@@ -31,6 +31,7 @@ from vigil.platform.api.admin.auth import (
     same_site_only,
 )
 from vigil.platform.api.admin.deployments import DeploymentController
+from vigil.platform.api.admin.plan import PlanController
 from vigil.platform.api.admin.replicas import ReplicaController
 from vigil.platform.api.admin.slo import SLOController
 from vigil.platform.api.admin.traces import TraceController
@@ -38,6 +39,7 @@ from vigil.platform.api.admin.versions import ModelController
 from vigil.platform.api.admin.webhooks import WebhookController
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.gateway.throttle import SignInThrottle
+from vigil.platform.planning.service import PlanService
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.tracing import TraceRing
 
@@ -58,8 +60,10 @@ def admin_router(
     throttle: SignInThrottle,
     slos: SLOTracker,
     traces: TraceRing | None = None,
+    planner: PlanService | None = None,
 ) -> Router:
-    """`traces`: the ring of kept traces; None when tracing is off."""
+    """`traces`: the ring of kept traces; None when tracing is off. `planner`: plans over
+    the gateway's deployments and workers; None answers 503 at /plan."""
 
     def provide_plane() -> ControlPlane:
         return plane
@@ -69,6 +73,9 @@ def admin_router(
 
     def provide_traces() -> TraceRing | None:
         return traces
+
+    def provide_planner() -> PlanService | None:
+        return planner
 
     return Router(
         path="/api/admin",
@@ -84,11 +91,13 @@ def admin_router(
             AlertController,
             DecisionController,
             TraceController,
+            PlanController,
         ],
         dependencies={
             "plane": Provide(provide_plane, sync_to_thread=False),
             "slos": Provide(provide_slos, sync_to_thread=False),
             "traces": Provide(provide_traces, sync_to_thread=False),
+            "planner": Provide(provide_planner, sync_to_thread=False),
             "actor": Provide(provide_actor, sync_to_thread=False),
             "user": Provide(provide_user, sync_to_thread=False),
         },

@@ -17,6 +17,7 @@ from vigil.platform.control.deployments.records import (
     DeploymentRecord,
     VersionKey,
 )
+from vigil.platform.control.deployments.repository import DeploymentRepository
 from vigil.platform.control.deployments.tables import Deployment
 from vigil.platform.control.specs import (
     ClassLimits,
@@ -130,11 +131,13 @@ async def check_draft(
     stable = await _servable(session, draft.stable, "stable")
     canary = shadow = None
     if draft.canary is not None:
-        canary = await _servable(session, draft.canary, "canary")
+        canary = await _servable(session, draft.canary, "canary", stable.kind)
         if canary.id == stable.id:
             raise _invalid(f"{draft.canary} is already the stable version", "canary.version")
     if draft.shadow is not None:
-        shadow = await _servable(session, draft.shadow, "shadow")
+        shadow = await _servable(session, draft.shadow, "shadow", stable.kind)
+        if stable.kind == ModelKind.EMBED:
+            raise _invalid("shadows mirror generation requests only", "shadow.version")
         if shadow.id in (stable.id, canary.id if canary else None):
             role = "stable" if shadow.id == stable.id else "canary"
             raise _invalid(f"{draft.shadow} is already the {role} version", "shadow.version")
@@ -153,8 +156,11 @@ async def check_draft(
         if cap is not None and cap < 1:
             raise _invalid(f"{field_name} must be at least 1 (or null for no cap)", field_name)
     _check_limits(draft.limits)
+    if stable.kind == ModelKind.EMBED:
+        _check_embedding(draft)
     if draft.fallback is not None:
         _check_fallback(name, draft.fallback, deployment_names)
+        await _check_fallback_kind(session, draft.fallback)
     if (pool := draft.long_prompt_pool) is not None and min(
         pool.min_prompt_tokens, pool.max_queue, pool.max_num_seqs
     ) < 1:
@@ -165,7 +171,11 @@ async def check_draft(
     return VersionIds(stable.id, canary.id if canary else None, shadow.id if shadow else None)
 
 
-async def _servable(session: AsyncSession, key: VersionKey, role: str) -> ModelVersion:
+async def _servable(
+    session: AsyncSession, key: VersionKey, role: str, stable_kind: str | None = None
+) -> ModelVersion:
+    """The version row, registered and not retired; a canary or shadow of the stable's
+    kind (a generation model cannot stand in for an embedding model)."""
     repo = ModelVersionRepository(session)
     row = await repo.get(key.model, key.version)
     if row is None:
@@ -176,9 +186,10 @@ async def _servable(session: AsyncSession, key: VersionKey, role: str) -> ModelV
             _version_param(role),
             code="version_not_found",
         )
-    if row.kind != ModelKind.GENERATE:
+    if stable_kind is not None and row.kind != stable_kind:
         raise _invalid(
-            f"{key} is a {row.kind} model; deployments serve generation models only",
+            f"the {role} {key} is a {row.kind} model and the stable version a {stable_kind} "
+            f"model; a {role} must be of the stable version's kind",
             _version_param(role),
         )
     if row.status == VersionStatus.RETIRED:
@@ -205,6 +216,34 @@ def _check_limits(limits: Mapping[Priority, ClassLimits]) -> None:
                 f"{lim.max_queue} and {lim.max_queue_wait_s}",
                 f"limits.{name}",
             )
+
+
+def _check_embedding(draft: DeploymentDraft) -> None:
+    """What only generation deployments have: output caps, fallbacks, long-prompt pools."""
+    for field_name, value in (
+        ("max_tokens", draft.max_tokens),
+        ("fallback", draft.fallback),
+        ("long_prompt_pool", draft.long_prompt_pool),
+    ):
+        if value is not None:
+            raise _invalid(
+                f"{field_name} applies to generation deployments only; this one serves an "
+                "embedding model",
+                field_name,
+            )
+
+
+async def _check_fallback_kind(session: AsyncSession, fb: FallbackSpec) -> None:
+    target = await DeploymentRepository(session).get(fb.deployment)
+    if target is None:
+        return  # declared in the same file, checked when it is stored
+    version = await session.get(ModelVersion, target.stable_version_id)
+    if version is not None and version.kind != ModelKind.GENERATE:
+        raise _invalid(
+            f"the fallback deployment {fb.deployment!r} serves an embedding model; a fallback "
+            "must serve generation",
+            "fallback.deployment",
+        )
 
 
 def _check_fallback(name: str, fb: FallbackSpec, deployment_names: set[str]) -> None:

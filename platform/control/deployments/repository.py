@@ -6,6 +6,7 @@ from sqlalchemy import or_, select
 
 from vigil.platform.control.db import NamedRepository
 from vigil.platform.control.deployments.tables import SLO, Deployment
+from vigil.platform.control.versions.tables import ModelVersion
 
 
 class DeploymentRepository(NamedRepository[Deployment]):
@@ -14,6 +15,13 @@ class DeploymentRepository(NamedRepository[Deployment]):
 
     async def names(self) -> set[str]:
         return set((await self.session.execute(select(Deployment.name))).scalars())
+
+    async def models_served(self) -> set[str]:
+        """Names of the models some deployment serves a version of as stable."""
+        stmt = select(ModelVersion.model).join(
+            Deployment, Deployment.stable_version_id == ModelVersion.id
+        )
+        return set((await self.session.execute(stmt)).scalars())
 
     async def serving(self, version_id: int) -> list[str]:
         """Names of the deployments that serve this version, as stable or canary."""

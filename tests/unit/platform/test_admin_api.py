@@ -399,10 +399,15 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
         (
             "POST",
             "/api/admin/deployments",
-            {"name": "x", "model": MINILM, "version": bundled_version(MINILM).version},
+            {
+                "name": "x",
+                "model": MINILM,
+                "version": bundled_version(MINILM).version,
+                "max_tokens": 5,
+            },
             400,
-            "version",
-            "generation models only",
+            "max_tokens",
+            "generation deployments only",
         ),
         (
             "POST",

@@ -97,7 +97,7 @@ async def register_warm(plane: ControlPlane, loaded: bool = True) -> None:
 # ---- seeding and the serving view
 
 
-async def test_seed_registers_bundled_versions_and_deploys_the_generation_model(
+async def test_seed_registers_bundled_versions_and_deploys_each_model(
     plane: ControlPlane,
 ) -> None:
     versions = {v.ref.key: v for v in await plane.versions.list_versions()}
@@ -107,8 +107,9 @@ async def test_seed_registers_bundled_versions_and_deploys_the_generation_model(
     assert mini.ref.kind is ModelKind.EMBED and mini.ref.format is ModelFormat.HF
     assert mini.ref.checksum == artifact_checksum(bundled_source(MINILM).path)
 
-    (spec,) = await plane.serving_view()  # none for the embedding model
+    spec, embedder = sorted(await plane.serving_view(), key=lambda d: d.name != SMOLLM2)
     assert spec.name == SMOLLM2
+    assert (embedder.name, embedder.stable.key) == (MINILM, mini.ref.key)
     assert spec.stable == replace(BUNDLED, checksum=smol.ref.checksum)
     assert (spec.canary, spec.canary_weight, spec.fallback) == (None, 0, None)
     assert spec.limits[Priority.INTERACTIVE] == ClassLimits(64, 30.0)
@@ -119,7 +120,29 @@ async def test_seed_bundled_is_idempotent(plane: ControlPlane) -> None:
     before = await plane.audit.list(limit=1000)
     await plane.seed_bundled([SMOLLM2, MINILM])
     assert await plane.audit.list(limit=1000) == before
-    assert len(await plane.serving_view()) == 1
+    assert len(await plane.serving_view()) == 2
+
+
+async def test_an_embedding_model_no_deployment_serves_gets_one_at_start(
+    tmp_path: Path,
+) -> None:
+    """A database that served the embedder without a deployment (or never had it) gets
+    one; a generation model is deployed on a new database only."""
+    path = tmp_path / "vigil.db"
+    await asyncio.to_thread(migrate, f"sqlite+aiosqlite:///{path}")
+    plane, engine = new_plane(path)
+    try:
+        await plane.seed_bundled([SMOLLM2])  # as a database before the embedder was served
+        await plane.deployments.create("chat", DeploymentDraft(STABLE), actor="a")
+        await plane.seed_bundled([SMOLLM2, MINILM])
+        names = {spec.name: spec.stable.key for spec in await plane.serving_view()}
+        assert names == {
+            SMOLLM2: BUNDLED.key,
+            "chat": BUNDLED.key,
+            MINILM: bundled_version(MINILM).key,
+        }
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture
@@ -163,7 +186,7 @@ async def test_serving_view_carries_canary_params_limits_slo_fallback_and_pool(
     await plane.deployments.set_canary(SMOLLM2, WARM, 10, actor="alice")
     await plane.deployments.set_slo(SMOLLM2, SLOTargets(ttft_p99_s=1.5), actor="alice")
 
-    lite, chat = await plane.serving_view()
+    _, lite, chat = await plane.serving_view()  # and the embedder's, first by name
     assert (lite.name, lite.max_prompt_tokens, lite.max_tokens, lite.limits) == (
         "lite",
         1024,
@@ -431,7 +454,14 @@ async def test_unknown_deployments_are_not_found(plane: ControlPlane) -> None:
     ("draft", "param", "mentions"),
     [
         (DeploymentDraft(VersionKey(SMOLLM2, "nope")), "version", "not registered; versions"),
-        (DeploymentDraft(MINILM_KEY), "version", "generation models only"),
+        (DeploymentDraft(MINILM_KEY, canary=WARM), "canary.version", "stable version's kind"),
+        (DeploymentDraft(MINILM_KEY, max_tokens=5), "max_tokens", "generation deployments only"),
+        (DeploymentDraft(STABLE, canary=MINILM_KEY), "canary.version", "stable version's kind"),
+        (
+            DeploymentDraft(STABLE, fallback=FallbackSpec(MINILM, FallbackTrigger.QUEUE_WAIT, 1)),
+            "fallback.deployment",
+            "serves an embedding model",
+        ),
         (DeploymentDraft(STABLE, canary=STABLE), "canary.version", "already the stable"),
         (DeploymentDraft(STABLE, canary=WARM, canary_weight=101), "canary.weight", "0 to 100"),
         (DeploymentDraft(STABLE, canary_weight=5), "canary.weight", "needs a canary version"),
@@ -471,7 +501,7 @@ async def test_invalid_drafts_are_refused_naming_the_field(
     with pytest.raises(InvalidRequest, match=mentions) as caught:
         await plane.deployments.create("new", draft, actor="a")
     assert caught.value.param == param
-    assert [s.name for s in await plane.serving_view()] == [SMOLLM2]
+    assert [s.name for s in await plane.serving_view()] == [MINILM, SMOLLM2]
 
 
 async def test_names_are_unique_and_well_formed(plane: ControlPlane) -> None:
@@ -681,7 +711,7 @@ async def test_apply_config_upserts_versions_and_deployments(
     await plane.apply_config(specs)
 
     view = {s.name: s for s in await plane.serving_view()}
-    assert set(view) == {"chat", "chat-lite", SMOLLM2}  # the seeded one is left alone
+    assert set(view) == {"chat", "chat-lite", SMOLLM2, MINILM}  # seeded ones left alone
     for spec in specs:
         served = view[spec.name]
         assert [v.key for v in served.versions] == [v.key for v in spec.versions]
@@ -712,7 +742,7 @@ async def test_apply_config_refuses_to_redefine_a_registered_version(
     path.write_text(CONFIG)
     with pytest.raises(Conflict, match="declare a new version name"):
         await plane.apply_config(load_deployments(path, {SMOLLM2}))
-    assert [s.name for s in await plane.serving_view()] == [SMOLLM2]
+    assert [s.name for s in await plane.serving_view()] == [MINILM, SMOLLM2]
 
 
 # ---- the same rules on PostgreSQL
@@ -755,7 +785,7 @@ async def test_the_control_plane_runs_on_postgresql(
 
         promoted = await plane.deployments.promote(SMOLLM2, revision=3, actor="alice")
         assert (promoted.spec.stable.version, promoted.revision) == ("warm", 4)
-        (spec,) = await plane.serving_view()
+        spec = next(s for s in await plane.serving_view() if s.name == SMOLLM2)
         assert spec.stable.params == (("temperature", 0.7),)
 
         await plane.users.create("root", "correct horse", Role.ADMIN, actor="cli")

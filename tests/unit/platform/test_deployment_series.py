@@ -53,3 +53,18 @@ def test_fifteen_minutes_are_kept_and_gone_deployments_forgotten() -> None:
     assert latest is not None and latest.shedding_batch is False  # t = 909, odd
     series.forget(keep=set())
     assert series.points("chat") == [] and series.latest("chat") is None
+
+
+def test_the_canary_line_counts_what_the_canary_served() -> None:
+    series = DeploymentSeries()
+    series.sample("chat", IDLE, None, canary="m@next", now_ts=0.0)
+    for version in ("m@1", "m@1", "m@1", "m@next"):
+        series.add_end("chat", "stop", version)
+    series.add_end("chat", "error", "m@next")  # failed: not served
+    point = series.sample("chat", IDLE, None, canary="m@next", now_ts=2.0)
+    assert (point.requests_per_s["served"], point.canary_served_per_s) == (2.0, 0.5)
+    # Promoted: no canary now, and the old one's counts are forgotten once it is gone.
+    assert series.sample("chat", IDLE, None, now_ts=3.0).canary_served_per_s == 0.0
+    series.keep_versions("chat", {"m@next"})
+    series.add_end("chat", "stop", "m@1")
+    assert series.sample("chat", IDLE, None, canary="m@1", now_ts=4.0).canary_served_per_s == 1.0

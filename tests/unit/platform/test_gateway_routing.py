@@ -15,10 +15,12 @@ from fakes import FakeEmbedder, FakeWorkers, Gateway, ScriptedEngine, running_ga
 
 from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.platform.control.specs import bundled_version
+from vigil.platform.slo.sli import SLI
 
 STABLE = bundled_version(SMOLLM2).key
 CANARY = f"{SMOLLM2}@warm"
 EMBED = bundled_version(MINILM).key
+EMBED_CANARY = f"{MINILM}@v2"
 CONFIG = f"""
 [[versions]]
 model = "{SMOLLM2}"
@@ -31,6 +33,18 @@ model = "{SMOLLM2}"
 interactive = {{ max_queue = 64, max_queue_wait_s = 60 }}
 slo = {{ ttft_p99_s = 60, min_tokens_per_s = 0.1 }}
 canary = {{ version = "warm", weight = 10 }}
+
+[[versions]]
+model = "{MINILM}"
+version = "v2"
+artifact = "bundled:{MINILM}"
+kind = "embed"
+format = "hf"
+
+[[deployments]]
+name = "search"
+model = "{MINILM}"
+canary = {{ version = "v2", weight = 50 }}
 """
 
 
@@ -38,7 +52,12 @@ canary = {{ version = "warm", weight = 10 }}
 async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     for worker_id in ("w1", "w2"):
-        engines = {STABLE: ScriptedEngine(), CANARY: ScriptedEngine(), EMBED: FakeEmbedder()}
+        engines = {
+            STABLE: ScriptedEngine(),
+            CANARY: ScriptedEngine(),
+            EMBED: FakeEmbedder(),
+            EMBED_CANARY: FakeEmbedder(),
+        }
         workers.add(worker_id, engines, prefill_tokens_per_s=5000.0)
     async with running_gateway(
         tmp_path_factory.mktemp("gateway-routing"), workers, smollm2_tokenizer, config=CONFIG
@@ -183,3 +202,28 @@ async def test_embeddings_come_back_in_order_and_a_long_input_is_named(
     assert listed.json()["error"]["param"] == "input[1]"
     wrong = await client.post("/v1/embeddings", json={"model": "chat", "input": "hi"})
     assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "wrong_model_kind"
+
+
+async def test_an_embedding_deployment_splits_traffic_with_its_canary_and_counts_slis(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    """An embedding model is a deployment like a chat model: canary share, SLIs per
+    version, listed with the others."""
+    answers = [
+        await client.post("/v1/embeddings", json={"model": "search", "input": "a b"})
+        for _ in range(10)
+    ]
+    assert {r.status_code for r in answers} == {200}
+    served = Counter(r.headers["x-vigil-served-by"] for r in answers)
+    assert served == {EMBED.replace("@", "/"): 5, EMBED_CANARY.replace("@", "/"): 5}
+    status = gateway.services.slos.status("search")
+    assert status is not None
+    assert {v: counts[SLI.TTFT] for v, counts in status.versions.items()} == {
+        EMBED: (5, 5),
+        EMBED_CANARY: (5, 5),
+    }
+    assert status.slis[SLI.AVAILABILITY].total == 10
+    models = (await client.get("/v1/models")).json()["data"]
+    assert {"chat", "search", MINILM} <= {m["id"] for m in models}
+    wrong = await client.post("/v1/chat/completions", json=chat() | {"model": "search"})
+    assert wrong.status_code == 400 and "/v1/embeddings" in wrong.json()["error"]["message"]

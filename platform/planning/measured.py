@@ -1,0 +1,59 @@
+"""The measured rates of a running deployment, from what its workers last reported.
+
+Read from the gateway's live view of its workers (the heartbeats of the last seconds),
+not from the database: the profile a worker sends is not stored there, and a plan is
+for the workers that run the deployment now. A plan is made for the version the
+deployment serves (its stable one; a canary is not planned for), on its own engine (not
+a long-prompt pool's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vigil.platform.control.specs import DeploymentSpec, VersionRef
+from vigil.platform.gateway.serving import ServingView
+from vigil.platform.planning.rates import DecodePoint, MeasuredRates, slowest
+from vigil.platform.worker.protocol import SlotReport
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRates:
+    spec: DeploymentSpec
+    version: VersionRef
+    rates: MeasuredRates | None  # None: no worker has measured both prefill and decode
+    num_workers: int  # serving it now
+    num_measured: int  # of those, with rates
+
+
+def rates_of(report: SlotReport) -> MeasuredRates | None:
+    limits, profile = report.limits, report.profile
+    if limits is None or profile is None or limits.block_size == 0:
+        return None
+    if not profile.prefill_tokens_per_s or not profile.decode:
+        return None
+    return MeasuredRates(
+        prefill_tokens_per_s=profile.prefill_tokens_per_s,
+        decode=tuple(DecodePoint(p.batch_size, p.step_s) for p in profile.decode),
+        num_kv_blocks=limits.kv_capacity_tokens // limits.block_size,
+        block_size=limits.block_size,
+        kv_bytes_per_token=limits.kv_bytes_per_token,
+        max_num_seqs=limits.max_num_seqs,
+        max_num_batched_tokens=limits.max_num_batched_tokens,
+        max_model_len=limits.max_model_len,
+    )
+
+
+def deployment_rates(view: ServingView, name: str) -> DeploymentRates:
+    """Raises ModelNotFound (or InvalidRequest for an embedding model) for a bad name."""
+    spec = view.deployment(name)
+    version = view.serving(spec)
+    replicas = view.workers.serving(version.key)
+    measured = [r for rep in replicas if (r := rates_of(rep.slots[version.key])) is not None]
+    return DeploymentRates(
+        spec,
+        version,
+        slowest(measured) if measured else None,
+        len(replicas),
+        len(measured),
+    )

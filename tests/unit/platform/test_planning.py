@@ -1,0 +1,168 @@
+"""The capacity planner's model: rates, load shapes, the simulation of continuous
+batching, and the plan it makes, on plain data."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from vigil.platform.planning.load import (
+    LoadError,
+    SLOTarget,
+    TargetLoad,
+    fixed,
+    lengths_of,
+    lognormal,
+)
+from vigil.platform.planning.planner import plan, predict
+from vigil.platform.planning.rates import DecodePoint, MeasuredRates, slowest
+from vigil.platform.planning.simulate import Resource, simulate
+
+RATES = MeasuredRates(
+    prefill_tokens_per_s=1000.0,
+    decode=(DecodePoint(1, 0.02), DecodePoint(8, 0.04), DecodePoint(32, 0.08)),
+    num_kv_blocks=1024,
+    block_size=16,
+    kv_bytes_per_token=46080,
+    max_num_seqs=32,
+    max_num_batched_tokens=2048,
+    max_model_len=8192,
+)
+SLO = SLOTarget(ttft_p99_s=2.0, min_tokens_per_s=5.0)
+N = 300  # requests per simulated run: enough for these checks, and quick
+
+
+def test_decode_step_time_is_interpolated_and_grows_a_token_per_sequence_past_the_table() -> None:
+    assert RATES.decode_s(0) == 0.0
+    assert RATES.decode_s(1) == 0.02
+    assert RATES.decode_s(4.5) == pytest.approx(0.03)
+    assert RATES.decode_s(32) == 0.08
+    assert RATES.decode_s(42) == pytest.approx(0.08 + 10 / 1000)
+    assert RATES.step_s(8, 8) == 0.04  # decoding only
+    assert RATES.step_s(8, 500) == pytest.approx(0.04 + 492 / 1000)
+
+
+def test_several_workers_plan_as_the_slowest_of_each() -> None:
+    fast = replace(RATES, prefill_tokens_per_s=2000.0, num_kv_blocks=2048)
+    slow = replace(RATES, decode=(DecodePoint(1, 0.03), DecodePoint(16, 0.05)), max_num_seqs=16)
+    merged = slowest([fast, slow])
+    assert merged.prefill_tokens_per_s == 1000.0
+    assert merged.num_kv_blocks == 1024 and merged.max_num_seqs == 16
+    assert [p.batch_size for p in merged.decode] == [1, 8, 16, 32]
+    assert merged.decode_s(1) == 0.03 and merged.decode_s(8) == 0.04
+
+
+def test_a_lognormal_has_the_mean_and_p99_asked_for() -> None:
+    lengths = lognormal(200, 800, "prompt_tokens")
+    rng = random.Random(0)
+    draws = sorted(lengths.draw(rng) for _ in range(50_000))
+    assert sum(draws) / len(draws) == pytest.approx(200, rel=0.03)
+    assert draws[int(0.99 * len(draws))] == pytest.approx(800, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"mean": 100, "p99": 5000}, "times the mean fits no log-normal"),
+        ({"mean": 300, "p99": 200}, "mean <= p99"),
+        ({"mean": 100}, "give a number of tokens"),
+        (True, "a number of tokens"),
+        (0, "whole numbers from 1"),
+        ([], "a list of 1 to"),
+        ([10, 2.5], "whole numbers"),
+    ],
+)
+def test_a_length_that_cannot_be_planned_for_says_what_to_fix(raw: object, fragment: str) -> None:
+    with pytest.raises(LoadError, match=fragment) as info:
+        lengths_of(raw, "prompt_tokens")
+    assert info.value.param == "prompt_tokens"
+
+
+def test_lengths_come_fixed_listed_or_lognormal() -> None:
+    assert lengths_of(64, "p").values == (64,)
+    listed = lengths_of([10, 20, 30, 1000], "p")
+    assert listed.mean == 265 and listed.p99 == 1000
+    assert lengths_of({"mean": 50, "p99": 150}, "p").sigma > 0
+
+
+def test_a_request_alone_gets_its_prompt_step_then_one_decode_step_per_token() -> None:
+    # 20 requests 1000 s apart: each runs alone.
+    load = TargetLoad(0.001, fixed(300), fixed(11))
+    sim = simulate(RATES, load, 0.001, num_requests=20, seed=0, abandon_s=10)
+    assert sim.ttft_s == pytest.approx([0.02 + 299 / 1000] * 16)
+    assert sim.stream_tokens_per_s == pytest.approx([1 / 0.02] * 16)
+    assert sim.num_preemptions == 0 and not sim.overloaded
+
+
+def test_the_same_seed_gives_the_same_run_and_work_is_bounded() -> None:
+    load = TargetLoad(10, lognormal(200, 800, "p"), fixed(64))
+    a = simulate(RATES, load, 8.0, num_requests=300, seed=3, abandon_s=4)
+    b = simulate(RATES, load, 8.0, num_requests=300, seed=3, abandon_s=4)
+    assert a.ttft_s == b.ttft_s and a.num_steps == b.num_steps
+    over = simulate(RATES, load, 500.0, num_requests=300_000, seed=3, abandon_s=4)
+    assert over.overloaded and over.end_s < 10
+
+
+def test_batch_slots_cap_the_batch_and_hold_the_queue() -> None:
+    rates = replace(RATES, max_num_seqs=2)
+    load = TargetLoad(1, fixed(50), fixed(100))
+    sim = simulate(rates, load, 15.0, num_requests=300, seed=0, abandon_s=30)
+    assert sim.mean_batch_size <= 2.0
+    assert max(sim.waited_s, key=lambda r: sim.waited_s[r]) is Resource.BATCH_SLOTS
+
+
+def test_short_kv_memory_preempts_and_holds_the_queue() -> None:
+    rates = replace(RATES, num_kv_blocks=40)  # 640 tokens: two requests of 300
+    load = TargetLoad(1, fixed(100), fixed(200))
+    sim = simulate(rates, load, 20.0, num_requests=200, seed=0, abandon_s=60)
+    assert sim.num_preemptions > 0
+    assert sim.peak_kv_blocks <= 40
+    assert max(sim.waited_s, key=lambda r: sim.waited_s[r]) is Resource.KV_MEMORY
+
+
+@pytest.mark.parametrize(
+    ("rates", "load", "binding"),
+    [
+        (replace(RATES, num_kv_blocks=64), TargetLoad(4, fixed(100), fixed(200)), "kv_memory"),
+        (replace(RATES, max_num_seqs=2), TargetLoad(4, fixed(50), fixed(100)), "batch_slots"),
+        (RATES, TargetLoad(4, fixed(1000), fixed(16)), "compute"),
+    ],
+)
+def test_the_plan_names_the_resource_that_runs_out_first(
+    rates: MeasuredRates, load: TargetLoad, binding: str
+) -> None:
+    result = plan(rates, load, SLO, num_requests=N)
+    assert result.binding.value == binding
+    assert result.workers_needed is not None and result.prediction is not None
+    assert result.prediction.meets(SLO)
+    # Just past the rate found, one worker misses the SLO.
+    over, _ = predict(rates, load, SLO, result.max_rps_per_worker * 1.15, N, 0)
+    assert not over.meets(SLO)
+
+
+def test_workers_needed_grow_with_the_load_and_each_share_meets_the_slo() -> None:
+    shape = (fixed(200), fixed(32))
+    one = plan(RATES, TargetLoad(1.0, *shape), SLO, num_requests=N)
+    many = plan(RATES, TargetLoad(one.max_rps_per_worker * 5.5, *shape), SLO, num_requests=N)
+    assert one.workers_needed == 1
+    assert many.workers_needed == 6
+    assert many.prediction is not None
+    assert many.prediction.rps_per_worker <= many.max_rps_per_worker
+    assert many.prediction.ttft_p99_s <= SLO.ttft_p99_s
+
+
+def test_a_slo_no_worker_meets_alone_needs_no_number_of_workers() -> None:
+    result = plan(RATES, TargetLoad(1, fixed(3000), fixed(16)), SLO, num_requests=N)  # 3 s alone
+    assert result.workers_needed is None and result.max_rps_per_worker == 0
+    assert result.binding is Resource.COMPUTE
+    assert "no number of workers" in result.binding_why
+    slow_decode = SLOTarget(ttft_p99_s=2.0, min_tokens_per_s=60)  # 50 tokens/s alone
+    slow = plan(RATES, TargetLoad(1, fixed(10), fixed(16)), slow_decode, num_requests=N)
+    assert "tokens/s" in slow.binding_why
+
+
+def test_a_load_needing_too_many_workers_is_refused() -> None:
+    with pytest.raises(LoadError, match="needs over"):
+        plan(RATES, TargetLoad(1e7, fixed(200), fixed(32)), SLO, num_requests=N)
