@@ -23,6 +23,7 @@ from litestar.types import ExceptionHandlersMap
 from sqlalchemy import exc as sa_exc
 
 from vigil.platform.api.openai_schemas import ErrorBody, ErrorDetail
+from vigil.platform.control.db import database_unreachable
 from vigil.platform.errors import (
     Conflict,
     EngineFailed,
@@ -175,6 +176,14 @@ def _database_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Err
     )
 
 
+def _driver_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    """A database error of another kind (SQLAlchemy's plain DBAPIError) that may still
+    say the database is away: "the database system is starting up", say."""
+    if database_unreachable(exc):
+        return _database_handler(request, exc)
+    return _unexpected_handler(request, exc)
+
+
 def _unexpected_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
     log.exception("unhandled error", exc_info=exc)
     return Response(
@@ -198,5 +207,6 @@ EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     CannotConnectNowError: _database_handler,
     sa_exc.OperationalError: _database_handler,
     sa_exc.InterfaceError: _database_handler,
+    sa_exc.DBAPIError: _driver_handler,
     Exception: _unexpected_handler,
 }

@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
+from asyncpg import exceptions as pg_exc  # type: ignore[import-untyped]
 from sqlalchemy import MetaData, select
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -50,6 +52,35 @@ def utcnow() -> datetime:
 def aware(ts: datetime) -> datetime:
     """SQLite hands back naive datetimes; every timestamp Vigil writes is UTC."""
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+# The database cannot be reached now (down, restarting, shutting down, a connection
+# lost): asyncpg's word for it, or the network's. Retrying later may work.
+_UNREACHABLE = (
+    OSError,  # ConnectionRefusedError and the rest; TimeoutError too
+    pg_exc.PostgresConnectionError,
+    pg_exc.CannotConnectNowError,  # "the database system is starting up"
+    pg_exc.AdminShutdownError,
+    pg_exc.CrashShutdownError,
+    pg_exc.InterfaceError,  # "connection is closed"
+)
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says the database is away for now, not that a query was wrong.
+    SQLAlchemy wraps the driver's error (`orig`), and its asyncpg adapter wraps it once
+    more (`__cause__`): the chain is followed."""
+    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError):
+        return True
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, _UNREACHABLE):
+            return True
+        orig = getattr(seen, "orig", None)
+        seen = orig if isinstance(orig, BaseException) else seen.__cause__
+    return False
 
 
 def create_engine(url: str) -> AsyncEngine:

@@ -10,7 +10,7 @@ without any key through, as `ANONYMOUS`. Lookups are cached for `cache_ttl_s`; t
 is dropped whenever the control plane changes (through this gateway, or through another
 on the same PostgreSQL: control/changes.py), so a revoked key stops working at once here
 and within about a second on the others; `cache_ttl_s` bounds it should a change
-notice be lost.
+notice be lost. While the database cannot be reached, a key's last lookup holds.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from enum import StrEnum
 from vigil.engine.request import Priority
 from vigil.platform.control.access.keys import KEY_PREFIX, ApiKeyService, hash_key
 from vigil.platform.control.access.records import ApiKeyRecord
+from vigil.platform.control.db import database_unreachable
 from vigil.platform.errors import InvalidRequest, RateLimited, Unauthorized
 from vigil.platform.gateway.rate_limits import KeyRateLimits
 
@@ -170,8 +171,10 @@ class Authenticator:
             )
 
     def forget_keys(self) -> None:
-        """Drop every cached lookup (after a control-plane change: a revoke, say)."""
-        self._cache.clear()
+        """Look every key up again (after a control-plane change: a revoke, say). The
+        answers are kept, expired: should the database be away, they still hold."""
+        for lookup in self._cache.values():
+            lookup.expires_ts = float("-inf")
 
     async def _lookup(self, token: str) -> ApiKeyRecord | None:
         key_hash = hash_key(token)
@@ -179,7 +182,14 @@ class Authenticator:
         cached = self._cache.get(key_hash)
         if cached is not None and cached.expires_ts > now_ts:
             return cached.record
-        record = await self._keys.find(token)
+        try:
+            record = await self._keys.find(token)
+        except Exception as exc:
+            if cached is None or not database_unreachable(exc):
+                raise
+            # The database is away: its last answer holds, asked again after another ttl
+            # (not on every request: a lookup may wait for a connect timeout).
+            record = cached.record
         self._remember(key_hash, _CachedLookup(record, now_ts + self._cache_ttl_s), now_ts)
         return record
 

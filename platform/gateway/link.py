@@ -10,6 +10,9 @@ over HTTP (worker/protocol.py), and an in-process fake in the tests. Its contrac
 - After that, a worker that fails mid-request (the connection cut, a crash) does not
   raise: the request ends with an ERROR finish, so the client gets a clean error at the
   end of its stream. Closing the iterator early aborts the request on the worker.
+- A lost host or a cut link sends no reset, so silence is the sign: a worker that says
+  nothing on a request for STREAM_IDLE_S (it writes a blank line every KEEPALIVE_S while
+  the request waits) has failed, as has one whose heartbeats stop (workers.py).
 - TokenEvents carry the gateway's clock (when the token reached the gateway); the
   finish writes the worker's queue time into the request's own clock.
 """
@@ -31,7 +34,7 @@ from vigil.engine.request import (
     TokenEvent,
 )
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable, VigilError
-from vigil.platform.gateway.workers import Replica
+from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S, Replica
 from vigil.platform.worker.protocol import (
     EmbedCall,
     EmbedResult,
@@ -42,7 +45,14 @@ from vigil.platform.worker.protocol import (
 )
 
 _EVENTS = msgspec.json.Decoder(TokenWire | FinishWire)
-CONNECT_TIMEOUT_S = 5.0  # a worker host that does not answer at all
+# A worker host that does not answer at all: a request sent to one that just dropped off
+# goes elsewhere no later than the heartbeats would have it.
+CONNECT_TIMEOUT_S = HEARTBEAT_TIMEOUT_S
+# The most a worker may say nothing on a request (answer headers, events, keep-alives):
+# a few of its keep-alives (worker/keepalive.py, KEEPALIVE_S) may be late, not all. A bit
+# more than the heartbeats get: a stream cut by mistake is a client's error, a worker
+# given up by mistake only moves new requests for a second.
+STREAM_IDLE_S = 3.0
 EMBED_TIMEOUT_S = 60.0
 Events = AsyncGenerator[EngineEvent, None]
 
@@ -67,11 +77,18 @@ class WorkerLink(Protocol):
 
 class HttpWorkerLink:
     def __init__(
-        self, client: httpx.AsyncClient, token: str, on_failure: Callable[[str], None]
+        self,
+        client: httpx.AsyncClient,
+        token: str,
+        on_failure: Callable[[str], None],
+        stream_idle_s: float = STREAM_IDLE_S,
     ) -> None:
         self._client = client
         self._headers = {"Authorization": f"Bearer {token}"}
         self._on_failure = on_failure
+        self._stream_timeout = httpx.Timeout(
+            None, connect=min(CONNECT_TIMEOUT_S, stream_idle_s), read=stream_idle_s
+        )
 
     async def open(
         self,
@@ -94,7 +111,7 @@ class HttpWorkerLink:
             f"{replica.address}/internal/generate",
             content=msgspec.json.encode(call),
             headers={**self._headers, **(trace_headers or {})},
-            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+            timeout=self._stream_timeout,
         )
         try:
             response = await self._client.send(sent, stream=True)

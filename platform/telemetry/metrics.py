@@ -249,6 +249,11 @@ class EngineStatsCollector(Collector):
             "Used KV cache blocks over all blocks, 0-1.",
             labels=["version", "replica"],
         )
+        free = GaugeMetricFamily(
+            "vigil_kv_cache_free_blocks",
+            "KV cache blocks no running request holds (evictable prefix blocks count).",
+            labels=["version", "replica"],
+        )
         queried = CounterMetricFamily(
             "vigil_prefix_cache_queried_tokens",
             "Prompt tokens looked up in the prefix cache on admission.",
@@ -270,10 +275,11 @@ class EngineStatsCollector(Collector):
             waiting.add_metric([*ids, "batch"], s.num_waiting_batch)
             running.add_metric(ids, s.num_running)
             kv.add_metric(ids, s.kv_cache_usage)
+            free.add_metric(ids, s.num_kv_blocks_total - s.num_kv_blocks_used)
             preempt.add_metric(ids, s.num_preemptions)
             queried.add_metric(ids, s.num_prefix_queried_tokens)
             hits.add_metric(ids, s.num_prefix_hit_tokens)
-        yield from (waiting, running, kv, preempt, queried, hits)
+        yield from (waiting, running, kv, free, preempt, queried, hits)
 
 
 def _build_info() -> dict[str, str]:

@@ -40,6 +40,7 @@ from vigil.platform.settings import WorkerSettings
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.telemetry.tracing import WorkerSpans
 from vigil.platform.worker.gateways import GatewayLinks
+from vigil.platform.worker.keepalive import KEEPALIVE_S, with_keepalive
 from vigil.platform.worker.protocol import (
     EmbedCall,
     EmbedResult,
@@ -100,7 +101,8 @@ async def _generate(
             if spans is not None and traceparent:
                 spans.generated(traceparent, data.slot, request, finish)
 
-    return Stream(lines(), media_type="application/x-ndjson")
+    # Blank lines while the request waits or prefills: a silent stream means a lost worker.
+    return Stream(with_keepalive(lines(), KEEPALIVE_S), media_type="application/x-ndjson")
 
 
 def _finish_wire(event: FinishEvent) -> FinishWire:

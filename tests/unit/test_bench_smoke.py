@@ -52,6 +52,36 @@ def test_engine_runs_report_throughput_and_ttft(bench: ModuleType, smollm2) -> N
     assert result.tokens_per_s > 0 and len(result.ttfts_s) == 2
 
 
+def test_soak_quick_reports_rss_kv_blocks_and_a_verdict(vigil_server, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The soak's --quick run against the shared server: every reading it prints comes
+    from that server's processes and /metrics."""
+    import argparse
+
+    path = BENCH.with_name("soak.py")
+    spec = importlib.util.spec_from_file_location("soak", path)
+    assert spec is not None and spec.loader is not None
+    soak = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = soak
+    spec.loader.exec_module(soak)
+    args = argparse.Namespace(
+        url=vigil_server.base_url,
+        quick=True,
+        minutes=0.1,
+        share=0.7,
+        clients=4,
+        probe_s=3.0,
+        sample_s=1.0,
+        tokens=4,
+        max_slope=1000.0,  # seconds of samples say nothing of a trend: the table is checked
+    )
+    flat = soak.run(args)
+    out = capsys.readouterr().out
+    assert "gateway" in out and "worker-0" in out and "slope MB/min" in out, out
+    assert "KV free blocks at idle: before" in out and "verdict:" in out, out
+    assert flat, out  # the KV blocks came back once idle
+    assert soak.slope_mb_per_min([(0, 100.0), (60, 103.0), (120, 106.0)]) == 3.0
+
+
 def test_plan_check_prints_predicted_against_measured() -> None:
     """The planner's check, --quick: a real `vigil serve`, warmed, planned, then loaded."""
     script = BENCH.with_name("plan_check.py")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import socket
 
 import pytest
+from asyncpg.exceptions import CannotConnectNowError  # type: ignore[import-untyped]
 from litestar import Litestar, get
 from litestar.testing import AsyncTestClient
+from sqlalchemy import exc as sa_exc
 
 from vigil.platform.api.admin import admin_router
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
-from vigil.platform.control.db import create_engine, session_factory
+from vigil.platform.control.db import create_engine, database_unreachable, session_factory
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.errors import (
     Conflict,
@@ -46,7 +48,7 @@ CASES: list[tuple[VigilError, int, str]] = [
 ]
 
 
-def _app(error: VigilError) -> Litestar:
+def _app(error: Exception) -> Litestar:
     @get("/fail")
     async def fail() -> None:
         raise error
@@ -104,3 +106,22 @@ async def test_an_unreachable_database_answers_503_with_retry_after_not_500() ->
             assert r.headers["retry-after"] == "5"
             assert r.json()["error"]["code"] == "database_unavailable"
     await engine.dispose()
+
+
+def test_a_driver_error_that_says_the_database_is_away_answers_503() -> None:
+    """PostgreSQL starting up reaches SQLAlchemy as a plain DBAPIError, not an
+    OperationalError: what it wraps decides."""
+    starting = CannotConnectNowError("the database system is starting up")
+    assert database_unreachable(sa_exc.DBAPIError("SELECT 1", {}, starting))
+    assert database_unreachable(ConnectionRefusedError(111, "Connection refused"))
+    assert not database_unreachable(sa_exc.DBAPIError("SELECT 1", {}, ValueError("bad")))
+
+
+async def test_a_database_starting_up_answers_503_and_another_driver_error_500() -> None:
+    starting = CannotConnectNowError("the database system is starting up")
+    async with AsyncTestClient(_app(sa_exc.DBAPIError("SELECT", {}, starting))) as client:
+        r = await client.get("/fail")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "database_unavailable"
+    assert r.headers["retry-after"] == "5"
+    async with AsyncTestClient(_app(sa_exc.DBAPIError("SELECT", {}, ValueError("x")))) as client:
+        assert (await client.get("/fail")).status_code == 500

@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from asyncpg.exceptions import CannotConnectNowError  # type: ignore[import-untyped]
 from limits.aio.storage import Storage
 from limits.storage import storage_from_string
+from sqlalchemy import exc as sa_exc
 
 from vigil.engine.request import Priority
 from vigil.platform.control.access.keys import ApiKeyService
@@ -55,9 +57,13 @@ class CountingKeys(ApiKeyService):
     """The real service, counting how often a request reaches the database."""
 
     num_finds = 0
+    away = False  # the database restarting: finds fail as they do through asyncpg
 
     async def find(self, plaintext: str) -> ApiKeyRecord | None:
         self.num_finds += 1
+        if self.away:
+            starting = CannotConnectNowError("the database system is starting up")
+            raise sa_exc.DBAPIError("SELECT", {}, starting)
         return await super().find(plaintext)
 
 
@@ -198,6 +204,25 @@ async def test_a_revoked_key_stops_working_once_its_cache_entry_expires(
     clock.now_ts += 0.1  # cache_ttl_s after the first lookup
     with pytest.raises(Unauthorized):
         await auth.authenticate(f"Bearer {plaintext}", None)
+
+
+async def test_a_key_seen_before_keeps_working_while_the_database_is_away(
+    keys: CountingKeys, clock: FakeClock
+) -> None:
+    _, plaintext = await keys.create("web")
+    auth = authenticator(keys, clock, AuthMode.KEYS)
+    await auth.authenticate(f"Bearer {plaintext}", None)
+    keys.away = True
+    clock.now_ts += 60.0
+    assert (await auth.authenticate(f"Bearer {plaintext}", None)).key_name == "web"
+    clock.now_ts += 1.0  # asked again only after another cache_ttl_s
+    assert (await auth.authenticate(f"Bearer {plaintext}", None)).key_name == "web"
+    assert keys.num_finds == 2
+    with pytest.raises(sa_exc.DBAPIError):  # a key never seen: nothing to go on
+        await auth.authenticate("Bearer vgl_never_seen", None)
+    auth.forget_keys()  # an admin write through this gateway: look keys up again ...
+    assert (await auth.authenticate(f"Bearer {plaintext}", None)).key_name == "web"
+    assert keys.num_finds == 4  # ... and they were, and the last answer held again
 
 
 # ---- the rate limit ----

@@ -25,9 +25,15 @@ from vigil.engine.request import (
 )
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.errors import InvalidRequest
-from vigil.platform.gateway.link import HttpWorkerLink, WorkerUnreachable
-from vigil.platform.gateway.workers import Replica
+from vigil.platform.gateway.link import (
+    CONNECT_TIMEOUT_S,
+    STREAM_IDLE_S,
+    HttpWorkerLink,
+    WorkerUnreachable,
+)
+from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S, Replica
 from vigil.platform.settings import EngineSettings
+from vigil.platform.worker.keepalive import KEEPALIVE_S
 from vigil.platform.worker.runtime import EngineSlot, Slot, SlotState, WorkerRuntime
 from vigil.platform.worker.server import build_worker_app
 
@@ -130,3 +136,66 @@ async def test_a_worker_that_dies_mid_answer_ends_it_with_an_error(link) -> None
     assert isinstance(events[1], FinishEvent) and events[1].reason is FinishReason.ERROR
     assert "stopped in the middle of the answer" in (events[1].error or "")
     assert failed == ["w9"]
+
+
+async def test_a_worker_gone_silent_mid_answer_fails_the_stream_within_the_idle_bound(
+    link,  # type: ignore[no-untyped-def]
+) -> None:
+    """A cut link sends no reset: the stream ends on silence, not never."""
+    _, failed = link
+
+    async def silent(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        """A worker that sends one event, then nothing (until the gateway hangs up)."""
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        line = b'{"type":"token","text":"a","ids":[5]}\n'
+        await send({"type": "http.response.body", "body": line, "more_body": True})
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async with httpx.AsyncClient() as client, serving(silent) as url:
+        http = HttpWorkerLink(client, TOKEN, failed.append, stream_idle_s=0.3)
+        events = await http.open(Replica("w9", url, "cpu", 0, 0, 0.0), VERSION.key, request())
+        assert isinstance(await anext(events), TokenEvent)
+        t0 = time.monotonic()
+        async with asyncio.timeout(5):  # without the bound: forever
+            finish = await anext(events)
+        waited_s = time.monotonic() - t0
+    assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.ERROR
+    assert "ReadTimeout" in (finish.error or "")
+    assert 0.25 <= waited_s < 1.5, waited_s
+    assert failed == ["w9"]
+
+
+async def test_keepalives_hold_a_waiting_request_past_the_idle_bound(link) -> None:  # type: ignore[no-untyped-def]
+    _, failed = link
+
+    async def queued(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        """A worker whose request waits 1 s (a blank line every 0.1 s), then answers."""
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(10):
+            await send({"type": "http.response.body", "body": b"\n", "more_body": True})
+            await asyncio.sleep(0.1)
+        lines = (
+            b'{"type":"token","text":"a","ids":[5]}\n'
+            b'{"type":"finish","reason":"length","text":"","num_prompt_tokens":5,'
+            b'"num_output_tokens":1,"queue_s":null}\n'
+        )
+        await send({"type": "http.response.body", "body": lines, "more_body": False})
+
+    async with httpx.AsyncClient() as client, serving(queued) as url:
+        http = HttpWorkerLink(client, TOKEN, failed.append, stream_idle_s=0.3)
+        replica = Replica("w8", url, "cpu", 0, 0, 0.0)
+        events = [e async for e in await http.open(replica, VERSION.key, request())]
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason is FinishReason.LENGTH
+    assert not failed
+
+
+def test_a_lost_worker_is_given_up_within_3_s_and_late_keepalives_are_tolerated() -> None:
+    """A worker that drops off is given up within 3 s, on its heartbeats and on its
+    streams and connects; its keep-alives come often enough that one or two late ones
+    do not cut a stream."""
+    assert HEARTBEAT_TIMEOUT_S < 3.0 and STREAM_IDLE_S <= 3.0
+    assert CONNECT_TIMEOUT_S <= HEARTBEAT_TIMEOUT_S
+    assert STREAM_IDLE_S >= 2 * KEEPALIVE_S
