@@ -30,6 +30,15 @@ def smollm2():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def smollm2_bf16():  # type: ignore[no-untyped-def]
+    """The bundled SmolLM2 as `--dtype bfloat16` loads it (its parity bound's subject)."""
+    from vigil.engine.bundled import SMOLLM2, bundled_source
+    from vigil.engine.loaders.llm import load_language_model
+
+    return load_language_model(bundled_source(SMOLLM2), torch.device("cpu"), torch.bfloat16)
+
+
+@pytest.fixture(scope="session")
 def minilm():  # type: ignore[no-untyped-def]
     from vigil.engine.bundled import MINILM, bundled_source
     from vigil.engine.loaders.embedder import load_embedding_model
