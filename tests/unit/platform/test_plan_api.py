@@ -79,7 +79,7 @@ def users_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def app(users_db: Path) -> AsyncIterator[tuple[Litestar, ServingView, PlanService]]:
     engine = create_engine(f"sqlite+aiosqlite:///{users_db}")
     plane = ControlPlane(session_factory(engine), password_hasher=HASHER)
-    view = ServingView(WorkerRegistry(), [])
+    view = ServingView(WorkerRegistry())
     slo = SLOTargets(ttft_p99_s=2.0, min_tokens_per_s=5.0)
     view.set_deployments([DeploymentSpec(SMOLLM2, VERSION, slo=slo)])
     planner = PlanService(view)
