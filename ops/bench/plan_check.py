@@ -49,6 +49,7 @@ model = "smollm2-135m-instruct"
 slo = { ttft_p99_s = 3600.0, min_tokens_per_s = 0.001, auto_rollback = false }
 """
 USER, PASSWORD = "planner", "plan-check password"
+MEASURED_WITHIN_S = 30.0  # from the last warm-up response to the rates at the gateway
 WORDS = [
     "harbour",
     "lantern",
@@ -156,10 +157,18 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def plan(client: httpx.AsyncClient, body: dict[str, object]) -> dict[str, object]:
-    resp = await client.post("/api/admin/plan", json=body, auth=(USER, PASSWORD))
-    if resp.status_code != 200:
-        raise SystemExit(f"plan: {resp.status_code} {resp.text}")
-    return dict(resp.json())
+    """Asked again while the worker's rates have not reached the gateway: they come with
+    its heartbeat (each second, later when a busy machine delays it), not with the
+    responses that measured them."""
+    deadline = time.monotonic() + MEASURED_WITHIN_S
+    while True:
+        resp = await client.post("/api/admin/plan", json=body, auth=(USER, PASSWORD))
+        if resp.status_code == 200:
+            return dict(resp.json())
+        measuring = resp.status_code == 409 and "not_measured" in resp.text
+        if not measuring or time.monotonic() > deadline:
+            raise SystemExit(f"plan: {resp.status_code} {resp.text}")
+        await asyncio.sleep(0.5)
 
 
 def make_user(data_dir: Path) -> None:
