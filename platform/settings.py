@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vigil.engine.bundled import MINILM, SMOLLM2
+from vigil.engine.model.config import QUANTIZATIONS
 
 
 class SettingsError(ValueError):
@@ -24,6 +25,7 @@ class SettingsError(ValueError):
 class EngineSettings:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    quantization: str = "none"  # none | int4 (weight-only, CPU)
     torch_threads: int | None = None  # None: one less than the CPU count
     block_size: int = 16
     # The KV cache budget: bytes, or a fraction of the memory free once the model is
@@ -187,6 +189,14 @@ def _float(value: str | None, name: str, default: float) -> float:
     return number
 
 
+def _quantization(value: str | None) -> str:
+    if value is None:
+        return QUANTIZATIONS[0]  # none
+    if value not in QUANTIZATIONS:
+        raise SettingsError(f"quantization {value!r} is not supported ({', '.join(QUANTIZATIONS)})")
+    return value
+
+
 def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> EngineSettings:
     d = EngineSettings()
     threads = _pick(flags.get("torch_threads"), env, "TORCH_THREADS")
@@ -199,6 +209,7 @@ def engine_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Engi
     settings = EngineSettings(
         device=_pick(flags.get("device"), env, "DEVICE") or d.device,
         dtype=_pick(flags.get("dtype"), env, "DTYPE") or d.dtype,
+        quantization=_quantization(_pick(flags.get("quantization"), env, "QUANTIZATION")),
         torch_threads=_int(threads, "torch threads", 0) if threads else None,
         block_size=_int(
             _pick(flags.get("block_size"), env, "BLOCK_SIZE"), "block size", d.block_size
@@ -422,6 +433,7 @@ def engine_env(settings: EngineSettings) -> dict[str, str]:
     env = {
         "VIGIL_DEVICE": settings.device,
         "VIGIL_DTYPE": settings.dtype,
+        "VIGIL_QUANTIZATION": settings.quantization,
         "VIGIL_BLOCK_SIZE": str(settings.block_size),
         "VIGIL_MAX_NUM_SEQS": str(settings.max_num_seqs),
         "VIGIL_MAX_NUM_BATCHED_TOKENS": str(settings.max_num_batched_tokens),

@@ -39,6 +39,16 @@ def smollm2_bf16():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def smollm2_int4():  # type: ignore[no-untyped-def]
+    """The bundled SmolLM2 as `--quantization int4` loads it (its parity bound's subject)."""
+    from vigil.engine.bundled import SMOLLM2, bundled_source
+    from vigil.engine.loaders.llm import load_language_model
+
+    source = bundled_source(SMOLLM2)
+    return load_language_model(source, torch.device("cpu"), torch.float32, "int4")
+
+
+@pytest.fixture(scope="session")
 def minilm():  # type: ignore[no-untyped-def]
     from vigil.engine.bundled import MINILM, bundled_source
     from vigil.engine.loaders.embedder import load_embedding_model

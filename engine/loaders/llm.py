@@ -11,6 +11,7 @@ from vigil.engine.loaders import hf
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.model.config import LlamaConfig
 from vigil.engine.model.llama import LlamaForCausalLM, RotaryEmbedding, fuse_projections
+from vigil.engine.model.quantized import check_quantization, quantize_model
 from vigil.engine.tokenizer import Tokenizer
 
 
@@ -22,11 +23,13 @@ class LanguageModel:
     tokenizer: Tokenizer
     device: torch.device
     dtype: torch.dtype
+    quantization: str = "none"  # or "int4": weight-only, see model.quantized
 
 
 def load_language_model(
-    source: ModelSource, device: torch.device, dtype: torch.dtype
+    source: ModelSource, device: torch.device, dtype: torch.dtype, quantization: str = "none"
 ) -> LanguageModel:
+    check_quantization(quantization, device)
     if source.format is ModelFormat.GGUF:
         file = GGUFFile(source.path)
         cfg = file.config()
@@ -43,7 +46,9 @@ def load_language_model(
         weights = hf.read_safetensors(source.path, dtype)
         tokenizer = hf.read_tokenizer(source.path, raw, add_special_tokens=True)
     model = build_llama(cfg, weights, device)
-    return LanguageModel(source.name, cfg, model, tokenizer, device, dtype)
+    if quantization == "int4":
+        quantize_model(model)
+    return LanguageModel(source.name, cfg, model, tokenizer, device, dtype, quantization)
 
 
 def build_llama(

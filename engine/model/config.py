@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# Weight-only quantizations of a decoder (model.quantized); "none" keeps --dtype's.
+QUANTIZATIONS = ("none", "int4")
+
 
 @dataclass(frozen=True, slots=True)
 class LlamaConfig:

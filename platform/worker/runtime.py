@@ -155,7 +155,7 @@ class WorkerRuntime:
         self.slots: dict[str, Slot] = {}
         self._on_step = on_step
         self._on_batch = on_batch
-        self._weights: dict[tuple[str, str | None, torch.dtype], LanguageModel] = {}
+        self._weights: dict[tuple[str, str | None, torch.dtype, str], LanguageModel] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}  # by version key
         self._lock = asyncio.Lock()
         self.stopping = False  # draining everything before the process stops
@@ -295,10 +295,12 @@ class WorkerRuntime:
                 built[slot.spec.key] = (None, embedder)
             return built
         # Versions of one artifact (differing in sampling defaults) share its weights.
-        weights_key = (version.artifact, version.checksum, dtype)
+        quantization = version.param("quantization", s.quantization)
+        weights_key = (version.artifact, version.checksum, dtype, quantization)
         lm = self._weights.get(weights_key)
         if lm is None:
-            lm = self._weights[weights_key] = load_language_model(source, self.device, dtype)
+            lm = load_language_model(source, self.device, dtype, quantization)
+            self._weights[weights_key] = lm
         for slot in slots:
             config = EngineConfig(
                 block_size=s.block_size,

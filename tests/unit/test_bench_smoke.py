@@ -178,3 +178,18 @@ def test_peer_bench_says_how_to_build_a_missing_llama_server(
 ) -> None:
     with pytest.raises(SystemExit, match=r"build_llama_server\.sh"):
         peer_bench.find_llama_server(str(tmp_path / "llama-server"))
+
+
+def test_precision_bench_times_each_mode_against_float32(smollm2, smollm2_int4) -> None:  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(
+        "precision_bench", BENCH.parent / "precision_bench.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    models = {"float32": smollm2, "int4": smollm2_int4}
+    row = module.bench_batch(models, batch=2, rounds=2, steps=1)
+    assert row[0] == "2" and float(row[1]) > 0 and float(row[2]) > 0  # ms per step each
+    assert float(row[3].split()[0]) > 0  # int4 / float32, then the rounds' spread
+    line = module.bench_prefill(models, tokens=16, rounds=1)
+    assert line.startswith("16-token prefill: float32 ") and ", int4 " in line

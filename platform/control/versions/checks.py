@@ -16,6 +16,7 @@ from vigil.engine.artifacts import (
     resolve_artifact,
 )
 from vigil.engine.bundled import ModelFormat, bundled_source
+from vigil.engine.model.config import QUANTIZATIONS
 from vigil.platform.control.specs import VersionRef
 from vigil.platform.errors import InvalidRequest
 
@@ -23,10 +24,13 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A version's params: dtype and the sampling defaults a request may override."""
+    """A version's params: dtype, quantization and the sampling defaults a request may
+    override."""
     checked: dict[str, Any] = {}
     for name, value in params.items():
-        if name == "dtype" and value in DTYPES:
+        if (name == "dtype" and value in DTYPES) or (
+            name == "quantization" and value in QUANTIZATIONS
+        ):
             checked[name] = value
         elif (name == "temperature" and _number(value) and 0 <= value <= 2) or (
             name == "top_p" and _number(value) and 0 < value <= 1
@@ -51,7 +55,8 @@ def _number(value: Any) -> bool:
 
 def _bad_param(name: str, value: Any) -> InvalidRequest:
     allowed = (
-        f"dtype ({', '.join(DTYPES)}), temperature (0 to 2), top_p (above 0, at most 1), "
+        f"dtype ({', '.join(DTYPES)}), quantization ({', '.join(QUANTIZATIONS)}), "
+        "temperature (0 to 2), top_p (above 0, at most 1), "
         "top_k (an integer, -1 or 0 for none), max_tokens (at least 1: the cap of a "
         "request that sets none)"
     )

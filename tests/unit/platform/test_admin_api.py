@@ -381,6 +381,14 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
         ),
         (
             "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "params": {"quantization": "q2"}},
+            400,
+            "params.quantization",
+            "quantization (none, int4)",
+        ),
+        (
+            "POST",
             "/api/admin/models/ghost/versions",
             {"version": "v2", "artifact": f"bundled:{SMOLLM2}"},
             404,

@@ -58,6 +58,7 @@ def test_parse_bytes(text: str, expected: int) -> None:
         ({"max_num_seqs": "0"}, "max_num_seqs"),
         ({"kv_cache_memory": "lots"}, "size in bytes"),
         ({"routing": "random"}, "routing must be 'p2c' or 'round_robin'"),
+        ({"quantization": "int8"}, "quantization 'int8' is not supported \\(none, int4\\)"),
     ],
 )
 def test_bad_values_name_the_setting(flags: dict[str, object], mentions: str) -> None:
@@ -109,6 +110,7 @@ def test_engine_settings_survive_the_trip_to_a_worker_process() -> None:
         "no_prefix_cache": True,
         "max_model_len": 512,
         "batch_aging": 3.5,
+        "quantization": "int4",
     }
     engine = serve_settings(flags, env={}).engine
     env = {**engine_env(engine), "VIGIL_WORKER_TOKEN": "t"}

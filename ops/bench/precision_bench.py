@@ -1,14 +1,15 @@
-"""Decode-step time of `--dtype bfloat16` against float32, in one process.
+"""Decode-step time of `--dtype bfloat16` and `--quantization int4` against float32,
+in one process.
 
-    .venv/bin/python ops/bench/dtype_bench.py [--batch 1,16] [--rounds 6] [--steps 8]
-                                              [--threads 1] [--prefill-tokens 256]
+    .venv/bin/python ops/bench/precision_bench.py [--modes bfloat16,int4] [--batch 1,4,16]
+        [--rounds 6] [--steps 8] [--threads 1] [--prefill-tokens 256]
 
-For each batch size, one engine per dtype holds that many sequences (16-token prompts,
-greedy, EOS ignored), all decoding. Then the two engines take turns: each round times
-`--steps` decode steps of one, then of the other (the order flips every round), so a
-machine whose load changes during the run slows both alike. Prints the median step time
-of each dtype, their ratio, and the spread of the per-round ratios; then one prompt's
-prefill (`--prefill-tokens`), alternated the same way.
+For each batch size, one engine per mode holds that many sequences (16-token prompts,
+greedy, EOS ignored), all decoding. Then the engines take turns: each round times
+`--steps` decode steps of each (the order flips every round), so a machine whose load
+changes during the run slows all alike. Prints the median step time of each mode, its
+ratio to float32 and the spread of the per-round ratios; then one prompt's prefill
+(`--prefill-tokens`), alternated the same way.
 
 Whether bfloat16 pays on CPU depends on the CPU: with AVX-512 BF16 or AMX, oneDNN runs
 bfloat16 matmuls natively; without them (AVX2 only) torch converts and is slower than
@@ -30,6 +31,12 @@ from vigil.engine.loaders.llm import LanguageModel, load_language_model
 from vigil.engine.request import GenerationRequest, RequestId, SamplingParams
 
 PROMPT_TOKENS = 16
+BASELINE = "float32"
+MODES = {  # name -> load_language_model's dtype and quantization
+    "float32": (torch.float32, "none"),
+    "bfloat16": (torch.bfloat16, "none"),
+    "int4": (torch.float32, "int4"),
+}
 
 
 def decoding_engine(lm: LanguageModel, batch: int, max_tokens: int) -> LLMEngine:
@@ -59,7 +66,7 @@ def timed_steps(engine: LLMEngine, steps: int) -> list[float]:
 def bench_batch(models: dict[str, LanguageModel], batch: int, rounds: int, steps: int) -> list[str]:
     engines = {name: decoding_engine(lm, batch, rounds * steps + 8) for name, lm in models.items()}
     times: dict[str, list[float]] = {name: [] for name in models}
-    round_ratios = []
+    ratios: dict[str, list[float]] = {name: [] for name in models if name != BASELINE}
     for r in range(rounds):
         order = list(models) if r % 2 == 0 else list(reversed(models))
         medians = {}
@@ -67,20 +74,18 @@ def bench_batch(models: dict[str, LanguageModel], batch: int, rounds: int, steps
             samples = timed_steps(engines[name], steps)
             times[name].extend(samples)
             medians[name] = statistics.median(samples)
-        round_ratios.append(medians["bfloat16"] / medians["float32"])
-    f32 = statistics.median(times["float32"])
-    bf16 = statistics.median(times["bfloat16"])
-    return [
-        str(batch),
-        f"{f32 * 1000:.1f}",
-        f"{bf16 * 1000:.1f}",
-        f"{bf16 / f32:.2f}",
-        f"{min(round_ratios):.2f}-{max(round_ratios):.2f}",
-    ]
+        for name in ratios:
+            ratios[name].append(medians[name] / medians[BASELINE])
+    base = statistics.median(times[BASELINE])
+    row = [str(batch), f"{base * 1000:.1f}"]
+    for name, per_round in ratios.items():
+        t = statistics.median(times[name])
+        row += [f"{t * 1000:.1f}", f"{t / base:.2f} ({min(per_round):.2f}-{max(per_round):.2f})"]
+    return row
 
 
 def bench_prefill(models: dict[str, LanguageModel], tokens: int, rounds: int) -> str:
-    """One prompt's prefill, alternated the same way: bf16/f32 time ratio."""
+    """One prompt's prefill, alternated the same way: each mode's time and its ratio."""
     times: dict[str, list[float]] = {name: [] for name in models}
     prompt = [random.Random(0).randrange(100, 40_000) for _ in range(tokens)]
     params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
@@ -89,11 +94,13 @@ def bench_prefill(models: dict[str, LanguageModel], tokens: int, rounds: int) ->
             engine = LLMEngine(models[name], EngineConfig(enable_prefix_caching=False))
             engine.add_request(GenerationRequest(RequestId("p"), prompt, params))
             times[name].extend(timed_steps(engine, 1))
-    f32, bf16 = statistics.median(times["float32"]), statistics.median(times["bfloat16"])
-    return (
-        f"{tokens}-token prefill: float32 {f32:.2f} s, bfloat16 {bf16:.2f} s, "
-        f"bf16/f32 {bf16 / f32:.2f}"
-    )
+    base = statistics.median(times[BASELINE])
+    cells = [f"{BASELINE} {base:.2f} s"] + [
+        f"{name} {statistics.median(t):.2f} s ({statistics.median(t) / base:.2f}x)"
+        for name, t in times.items()
+        if name != BASELINE
+    ]
+    return f"{tokens}-token prefill: " + ", ".join(cells)
 
 
 def native_bf16() -> str:
@@ -113,7 +120,8 @@ def cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", default="1,16")
+    parser.add_argument("--modes", default="bfloat16,int4", help=f"of {', '.join(MODES)}")
+    parser.add_argument("--batch", default="1,4,16")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
@@ -122,18 +130,20 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cpu = torch.device("cpu")
     source = bundled_source(SMOLLM2)
-    models = {
-        name: load_language_model(source, cpu, getattr(torch, name))
-        for name in ("float32", "bfloat16")
-    }
+    modes = args.modes.split(",")
+    if modes[0] != BASELINE:
+        modes.insert(0, BASELINE)
+    models = {name: load_language_model(source, cpu, *MODES[name]) for name in modes}
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), {cpu_model()}, "
         f"kernels {torch.backends.cpu.get_cpu_capability()}, native bfloat16: {native_bf16()}"
     )
     rows = [bench_batch(models, int(b), args.rounds, args.steps) for b in args.batch.split(",")]
-    header = ["batch", "float32 ms/step", "bfloat16 ms/step", "bf16/f32", "per-round ratios"]
+    header = ["batch", f"{BASELINE} ms/step"]
+    for name in modes[1:]:
+        header += [f"{name} ms/step", f"/{BASELINE} (rounds)"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print(f"\nDecode step, median of {args.rounds} x {args.steps} alternated steps per dtype")
+    print(f"\nDecode step, median of {args.rounds} x {args.steps} alternated steps per mode")
     print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))

@@ -1,0 +1,152 @@
+"""Weight-only int4 linears (`--quantization int4`), for decoding on CPU.
+
+At the batch sizes of decoding a step's time is the time to read the weights, so
+fewer bytes per weight is the speed-up: 4 bits and a scale and zero per group of 32
+(0.56 bytes a weight, against float32's 4). That is the layout of the GGUF Q4_1 the
+bundled model ships in (each group's w = q * d + m, q in 0..15), so quantizing its
+dequantized weights gives back the same q, d and m: int4 loses nothing of such a
+model, only bfloat16 rounding of d and m and of the activations.
+
+The output head is int8 (per output row, symmetric), not int4: the bundled model
+ties it to its token embeddings, which ship as Q8_0, and int4 groups of them cost 4.6%
+of perplexity on the parity text where int8 rows cost nothing measurable.
+
+Two kernels per linear, chosen per call by the number of rows (tokens) in the step:
+
+    rows <= FEW_ROWS   PyTorch's packed weight-only matmul (_weight_int4pack_mm_for_cpu,
+                       _weight_int8pack_mm) reading the packed weights; bfloat16
+                       activations
+    more rows          a bfloat16 matmul on the same weights dequantized once at load
+                       (oneDNN: AMX or AVX-512 BF16 where the CPU has them)
+
+because the packed kernels' cost grows with the rows while a bfloat16 matmul's barely
+does until the rows fill its tiles (measured on the model's shapes, one thread: int4 is
+4.5x faster than float32 at one row and slower than bfloat16 from 8 rows; int8 on the
+head likewise from 6). Both compute with the same quantized weights; the bfloat16 copy
+doubles as the prefill weights, so an int4 linear takes 2.6 bytes a weight, below
+float32's 4.
+
+Inputs and outputs keep the model's dtype (float32 by default: norms, RoPE, attention
+and the KV cache stay float32); only the matmul runs in bfloat16. CPU only: the CUDA
+int4 kernel packs weights differently and is not wired here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vigil.engine.model.config import QUANTIZATIONS
+from vigil.engine.model.llama import LlamaForCausalLM
+
+GROUP_SIZE = 32
+FEW_ROWS = 5  # up to here the packed kernels; measured crossovers: 6-8 rows
+
+
+class PackedLinear(nn.Module):
+    """A bias-free linear: packed weights for few rows, bfloat16 ones for many."""
+
+    dequantized: torch.Tensor  # (out, in) bfloat16: the quantized weights, for many rows
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        if rows.shape[0] <= FEW_ROWS:
+            out = self.packed_mm(rows)
+        else:
+            out = F.linear(rows, self.dequantized)
+        return out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+    def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Int4Linear(PackedLinear):
+    """(out, in) weight held as int4 groups along `in`."""
+
+    packed: torch.Tensor  # (out, in / 2) uint8, the packed kernel's layout
+    scales_zeros: torch.Tensor  # (in / GROUP_SIZE, out, 2) bfloat16: d and m + 8 d
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        out_features, in_features = weight.shape
+        super().__init__(in_features, out_features)
+        if in_features % GROUP_SIZE:
+            raise ValueError(f"in_features {in_features} is not a multiple of {GROUP_SIZE}")
+        q, scale, low = quantize_int4(weight.float())
+        self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(q, 1))
+        # The kernel computes (q - 8) * scale + zero: zero = m + 8 d gives q * d + m.
+        zeros = low + 8 * scale
+        pairs = torch.stack([scale, zeros], dim=-1).transpose(0, 1).contiguous()
+        self.register_buffer("scales_zeros", pairs.to(torch.bfloat16))
+        self.register_buffer("dequantized", dequantize_int4(q, scale, low).to(torch.bfloat16))
+
+    def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP_SIZE, self.scales_zeros)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4"
+
+
+class Int8Linear(PackedLinear):
+    """(out, in) weight held as int8 with one scale per output row (symmetric)."""
+
+    packed: torch.Tensor  # (out, in) int8
+    scales: torch.Tensor  # (out,) bfloat16
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        out_features, in_features = weight.shape
+        super().__init__(in_features, out_features)
+        w = weight.float()
+        scale = w.abs().amax(dim=1) / 127
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        q = (w / safe.unsqueeze(1)).round().clamp(-127, 127)
+        self.register_buffer("packed", q.to(torch.int8))
+        self.register_buffer("scales", scale.to(torch.bfloat16))
+        self.register_buffer("dequantized", (q * scale.unsqueeze(1)).to(torch.bfloat16))
+
+    def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int8pack_mm(rows, self.packed, self.scales)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, in) float -> q (out, in) int32 in 0..15, and each group's scale d and
+    minimum m (out, in / GROUP_SIZE), such that w ~ q * d + m (Q4_1's rule)."""
+    out_features, in_features = weight.shape
+    groups = weight.view(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scale = (high - low) / 15
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant group: q = 0
+    q = ((groups - low.unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp(0, 15)
+    return q.to(torch.int32).view(out_features, in_features), scale, low
+
+
+def dequantize_int4(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    out_features, in_features = q.shape
+    groups = q.view(out_features, in_features // GROUP_SIZE, GROUP_SIZE).float()
+    return (groups * scale.unsqueeze(-1) + low.unsqueeze(-1)).view(out_features, in_features)
+
+
+def quantize_model(model: LlamaForCausalLM) -> None:
+    """Every linear of the decoder layers -> Int4Linear and the output head ->
+    Int8Linear, in place. A head tied to the token embeddings gets its own int8 copy;
+    the embedding table (a lookup, not a matmul) keeps its dtype."""
+    for parent in model.model.layers.modules():
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):  # qkv_proj, o_proj, gate_up_proj, down_proj
+                setattr(parent, name, Int4Linear(child.weight.detach()))
+    model.lm_head = Int8Linear(model.lm_head.weight.detach())  # type: ignore[assignment]
+
+
+def check_quantization(name: str, device: torch.device) -> str:
+    if name not in QUANTIZATIONS:
+        raise ValueError(f"quantization {name!r} is not supported ({', '.join(QUANTIZATIONS)})")
+    if name == "int4" and device.type != "cpu":
+        raise ValueError("quantization 'int4' runs on CPU only; on CUDA use --dtype bfloat16")
+    return name

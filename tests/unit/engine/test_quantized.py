@@ -1,0 +1,106 @@
+"""Weight-only int4/int8 linears: exact on Q4_1-shaped weights, both kernels within
+bfloat16 rounding of the float matmul, and the choices refused where they cannot run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vigil.engine.model.quantized import (
+    FEW_ROWS,
+    GROUP_SIZE,
+    Int4Linear,
+    Int8Linear,
+    check_quantization,
+    dequantize_int4,
+    quantize_int4,
+)
+
+
+def q4_1_weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
+    """Weights as a Q4_1 file holds them: each group of 32 is q * d + m, q in 0..15,
+    with 0 and 15 both present (the file's d and m come from the group's min and max)."""
+    g = torch.Generator().manual_seed(seed)
+    groups = (out_features, in_features // GROUP_SIZE)
+    q = torch.randint(0, 16, (*groups, GROUP_SIZE), generator=g)
+    q[..., 0], q[..., 1] = 0, 15
+    d = torch.rand(groups, generator=g) * 0.02 + 0.001
+    m = -torch.rand(groups, generator=g) * 0.2
+    return (q * d.unsqueeze(-1) + m.unsqueeze(-1)).view(out_features, in_features)
+
+
+def test_q4_1_weights_come_back_exactly() -> None:
+    w = q4_1_weight(64, 128)
+    q, scale, low = quantize_int4(w)
+    assert q.min() >= 0 and q.max() <= 15
+    torch.testing.assert_close(dequantize_int4(q, scale, low), w, rtol=0, atol=1e-6)
+
+
+def test_a_constant_group_quantizes_without_dividing_by_zero() -> None:
+    w = torch.full((4, GROUP_SIZE), 0.25)
+    q, scale, low = quantize_int4(w)
+    assert torch.equal(q, torch.zeros_like(q))
+    torch.testing.assert_close(dequantize_int4(q, scale, low), w)
+
+
+@pytest.mark.parametrize("rows", [1, FEW_ROWS, FEW_ROWS + 1, 40])
+def test_int4_linear_matches_the_float_matmul_at_every_row_count(rows: int) -> None:
+    w = q4_1_weight(96, 256, seed=rows)
+    layer = Int4Linear(w)
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(1))
+    out = layer(x)
+    assert out.dtype == torch.float32 and out.shape == (rows, 96)
+    # bfloat16 activations: ~3 significant digits of each product, summed over 256.
+    torch.testing.assert_close(out, F.linear(x, w), rtol=0.02, atol=0.05)
+
+
+def test_the_two_kernels_switch_at_few_rows() -> None:
+    """Few rows read the packed weights, more rows the bfloat16 copy: spoil the copy and
+    only the many-rows answer changes."""
+    w = q4_1_weight(32, 64)
+    layer = Int4Linear(w)
+    layer.dequantized.zero_()
+    few, many = torch.ones(FEW_ROWS, 64), torch.ones(FEW_ROWS + 1, 64)
+    assert layer(few).abs().sum() > 0
+    assert layer(many).abs().sum() == 0
+
+
+def test_int4_linear_keeps_leading_dims_and_a_bfloat16_model() -> None:
+    layer = Int4Linear(q4_1_weight(32, 64))
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    assert layer(x).shape == (2, 3, 32) and layer(x).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("rows", [1, FEW_ROWS + 3])
+def test_int8_linear_is_within_a_row_scale_of_the_float_matmul(rows: int) -> None:
+    g = torch.Generator().manual_seed(2)
+    w, x = torch.randn(128, 64, generator=g) * 0.05, torch.randn(rows, 64, generator=g)
+    out = Int8Linear(w)(x)
+    torch.testing.assert_close(out, F.linear(x, w), rtol=0.02, atol=0.05)
+
+
+def test_in_features_must_be_whole_groups() -> None:
+    with pytest.raises(ValueError, match="multiple of 32"):
+        Int4Linear(torch.zeros(8, 48))
+
+
+def test_unknown_quantization_or_a_cuda_device_is_refused() -> None:
+    assert check_quantization("int4", torch.device("cpu")) == "int4"
+    assert check_quantization("none", torch.device("cuda")) == "none"
+    with pytest.raises(ValueError, match="none, int4"):
+        check_quantization("int3", torch.device("cpu"))
+    with pytest.raises(ValueError, match="CPU only"):
+        check_quantization("int4", torch.device("cuda"))
+
+
+def test_an_int4_model_holds_fewer_bytes_than_float32(smollm2, smollm2_int4) -> None:  # type: ignore[no-untyped-def]
+    def linear_bytes(lm) -> int:  # type: ignore[no-untyped-def]
+        layers = lm.model.model.layers
+        return sum(b.numel() * b.element_size() for b in layers.buffers()) + sum(
+            p.numel() * p.element_size() for p in layers.parameters() if p.dim() == 2
+        )
+
+    assert linear_bytes(smollm2_int4) < 0.7 * linear_bytes(smollm2)
+    assert isinstance(smollm2_int4.model.lm_head, Int8Linear)
+    assert smollm2_int4.model.model.embed_tokens.weight.dtype == torch.float32
