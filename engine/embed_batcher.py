@@ -20,6 +20,7 @@ from typing import NewType
 import torch
 
 from vigil.engine.loaders.embedder import EmbeddingModel
+from vigil.engine.stats import BatchRecord
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +99,6 @@ class EmbedderStats:
     last_batch_size: int
     last_batch_wait_s: float  # how long the batch's oldest item waited
     last_batch_run_s: float  # padding, forward, pooling, conversion to lists
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRecord:
-    """One forward pass, as an observer sees it."""
-
-    size: int
-    waits_s: tuple[float, ...]  # each item's arrival -> batch start: the batching delay
-    run_s: float
 
 
 BatchObserver = Callable[[BatchRecord], None]

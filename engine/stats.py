@@ -45,3 +45,12 @@ class EngineStats:
     @property
     def kv_cache_usage(self) -> float:
         return self.num_kv_blocks_used / self.num_kv_blocks_total
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """One forward pass of the embedding batcher, as an observer sees it."""
+
+    size: int
+    waits_s: tuple[float, ...]  # each item's arrival -> batch start: the batching delay
+    run_s: float

@@ -9,11 +9,10 @@ but produces garbage.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gguf
 import numpy as np
-import torch
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -35,6 +34,9 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+
+if TYPE_CHECKING:
+    import torch
 
 
 class GGUFFile:
@@ -72,6 +74,8 @@ class GGUFFile:
 
     def state_dict(self, cfg: LlamaConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """Dequantized weights under Hugging Face names, in `nn.Linear` (out, in) layout."""
+        import torch  # here only: the gateway reads these files' tokenizers, not weights
+
         out: dict[str, torch.Tensor] = {}
         for t in progress(self.reader.tensors, f"loading {self.path.name}", unit="tensor"):
             name = _hf_name(t.name)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import safe_open
 from tokenizers import Tokenizer as HFTokenizer
 
 from vigil.engine.loaders.progress import progress
 from vigil.engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 
 def read_config(folder: Path) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import torch
 
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import MINILM, SMOLLM2, bundled_source
-from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig, BatchRecord
+from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig
 from vigil.engine.kv_cache import blocks_needed
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.embedder import EmbeddingModel, load_embedding_model
@@ -48,6 +48,7 @@ from vigil.engine.request import (
     TokenEvent,
 )
 from vigil.engine.runner import kv_bytes_per_token
+from vigil.engine.stats import BatchRecord
 
 PROMPT_TOKENS = 128
 OUTPUT_TOKENS = 64

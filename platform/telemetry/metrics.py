@@ -17,8 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vigil.engine.embed_batcher import BatchRecord
-from vigil.engine.stats import EngineStats, StepStats
+from vigil.engine.stats import BatchRecord, EngineStats, StepStats
 
 TTFT_BUCKETS_S = (
     0.001,

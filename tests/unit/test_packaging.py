@@ -31,6 +31,21 @@ def test_import_platform_from_the_root_is_the_standard_library() -> None:
     assert not Path(path).is_relative_to(ROOT)
 
 
+def test_the_gateway_runs_without_importing_torch() -> None:
+    """torch is the workers' (about 250 MB resident once imported); the gateway process,
+    its supervisor of local workers and the CLI must not pull it in."""
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import vigil.platform.cli, vigil.platform.app, vigil.platform.lifecycle\n"
+        "import vigil.platform.worker.supervisor, vigil.platform.gateway.tokenizers\n"
+        "from vigil.engine.bundled import SMOLLM2, bundled_source\n"
+        "from vigil.engine.loaders.gguf import GGUFFile\n"
+        "assert GGUFFile(bundled_source(SMOLLM2).path).tokenizer().encode('Hi')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
+
+
 @pytest.mark.slow
 def test_wheel_contains_the_whole_package_and_its_cli_runs(tmp_path: Path) -> None:
     # Build from a copy, so that no build/ folder of an earlier build leaks stale files.
