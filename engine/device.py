@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import os
 
 import torch
@@ -39,3 +42,13 @@ def free_memory_bytes(device: torch.device) -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def return_freed_memory() -> None:
+    """Hand the heap's free pages back to the OS (glibc's malloc_trim). Loading a model
+    frees hundreds of MB of transients (dequantized copies, unfused projections) that
+    glibc otherwise keeps resident for reuse: 200 MB of the bundled chat model's load.
+    Elsewhere (another libc) a no-op."""
+    gc.collect()  # modules replaced while loading may sit in reference cycles
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

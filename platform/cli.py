@@ -43,7 +43,7 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", type=int, help="tokens per KV cache block (16)")
     g.add_argument(
         "--kv-cache-memory",
-        help="KV cache size: bytes (e.g. 1GiB, the CPU default) or a fraction of the memory "
+        help="KV cache size: bytes (e.g. 512MiB, the CPU default) or a fraction of the memory "
         "free after loading (e.g. 0.8, the CUDA default)  [VIGIL_KV_CACHE_MEMORY]",
     )
     g.add_argument("--max-num-seqs", type=int, help="most sequences in one batch (32)")

@@ -29,7 +29,7 @@ class EngineSettings:
     torch_threads: int | None = None  # None: one less than the CPU count
     block_size: int = 16
     # The KV cache budget: bytes, or a fraction of the memory free once the model is
-    # loaded. Neither set: 1 GiB on CPU, 0.8 of free memory on CUDA.
+    # loaded. Neither set: 512 MiB on CPU, 0.8 of free memory on CUDA.
     kv_cache_memory_bytes: int | None = None
     kv_cache_memory_fraction: float | None = None
     max_num_seqs: int = 32

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from vigil.engine.bundled import ModelFormat, ModelSource
+from vigil.engine.device import return_freed_memory
 from vigil.engine.loaders import hf
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.model.config import LlamaConfig
@@ -30,6 +31,14 @@ def load_language_model(
     source: ModelSource, device: torch.device, dtype: torch.dtype, quantization: str = "none"
 ) -> LanguageModel:
     check_quantization(quantization, device)
+    lm = _load(source, device, dtype, quantization)
+    return_freed_memory()  # after _load's locals (the file's map, the raw weights) are gone
+    return lm
+
+
+def _load(
+    source: ModelSource, device: torch.device, dtype: torch.dtype, quantization: str
+) -> LanguageModel:
     if source.format is ModelFormat.GGUF:
         file = GGUFFile(source.path)
         cfg = file.config()
