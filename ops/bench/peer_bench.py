@@ -2,7 +2,7 @@
 workload, measured in one run.
 
     .venv/bin/python ops/bench/peer_bench.py [--llama-server PATH] [--repeats 3] [--quick]
-                                             [--vigil-args "--torch-threads 2"]
+                                             [--vigil-args "--torch-threads 2" ...]
 
 Each server is started in turn (llama-server first, then `vigil serve`) on the bundled
 SmolLM2-135M-Instruct GGUF, and gets the same closed loop of streaming `/v1/completions`:
@@ -12,7 +12,9 @@ tokens, greedy, EOS ignored) at C = 1, 4, 16; then, at C = 1, requests sharing a
 120-token prefix (the first one warms the cache and is not counted). Every figure is
 measured `--repeats` times; the table gives the median and, in brackets, the range.
 Resident memory is read from /proc after the run: llama-server's one process, Vigil's
-gateway and its worker process(es) separately.
+gateway and its worker process(es) separately. `--vigil-args` may be given more than
+once: each set of flags is a Vigil run of its own, a column of its own ("vigil" then
+the flags), each with its ratio to llama-server.
 
 llama-server is found through `--llama-server`, else $LLAMA_SERVER, else the PATH. To
 build it (CPU only, offline from the llama.cpp tree vendored in the llama-cpp-python
@@ -275,26 +277,29 @@ def spread(values: list[float]) -> str:
 
 
 def format_table(runs: dict[str, ServerRun], peer: str = "llama-server") -> str:
+    """One column per server run, then one ratio column per run against the peer's."""
     names = list(runs)
+    others = [n for n in names if n != peer] if peer in runs else []
     figures = list(dict.fromkeys(f for r in runs.values() for f in r.figures))
     memory = list(dict.fromkeys(m for r in runs.values() for m in r.memory))
-    header = ["figure", *names]
-    if len(names) == 2:
-        header.append(f"{names[1]}/{peer}")
+    header = ["figure", *names, *(f"{n}/{peer}" for n in others)]
     rows = []
     for fig in figures:
-        vals = [runs[n].figures.get(fig) for n in names]
-        row = [fig, *(spread(v) if v else "-" for v in vals)]
-        if len(names) == 2:
-            a, b = vals
-            row.append(f"{statistics.median(b) / statistics.median(a):.2f}x" if a and b else "-")
+        vals = {n: runs[n].figures.get(fig) for n in names}
+        row = [fig, *(spread(v) if v else "-" for v in vals.values())]
+        base = vals.get(peer)
+        for n in others:
+            value = vals[n]
+            ratio = statistics.median(value) / statistics.median(base) if base and value else None
+            row.append(f"{ratio:.2f}x" if ratio is not None else "-")
         rows.append(row)
     for mem in memory:
-        vals_b = [runs[n].memory.get(mem) for n in names]
-        row = [f"RSS {mem} MB", *(f"{v / 1e6:.0f}" if v else "-" for v in vals_b)]
-        if len(names) == 2:
-            a_b, b_b = vals_b
-            row.append(f"{b_b / a_b:.2f}x" if a_b and b_b else "")
+        sizes = {n: runs[n].memory.get(mem) for n in names}
+        row = [f"RSS {mem} MB", *(f"{v / 1e6:.0f}" if v else "-" for v in sizes.values())]
+        base_b = sizes.get(peer)
+        for n in others:
+            size = sizes[n]
+            row.append(f"{size / base_b:.2f}x" if base_b and size else "")
         rows.append(row)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = []
@@ -304,6 +309,21 @@ def format_table(runs: dict[str, ServerRun], peer: str = "llama-server") -> str:
         ]
         lines.append("  ".join(cells))
     return "\n".join(lines)
+
+
+def vigil_run(extra_flags: str, work: Workload) -> ServerRun:
+    data_dir = Path(tempfile.mkdtemp())
+    (data_dir / "bench.toml").write_text(VIGIL_DEPLOYMENT)
+    flags = ("--models", SMOLLM2, "--config", str(data_dir / "bench.toml"))
+    with vigil_serve_process(*flags, *shlex.split(extra_flags), data_dir=data_dir) as (
+        base,
+        proc,
+    ):
+        run = run_workload(base, SMOLLM2, work)
+        gateway = rss_bytes(proc.pid)
+        worker = sum(rss_bytes(p) for p in descendants(proc.pid))
+        run.memory.update(total=gateway + worker, gateway=gateway, worker=worker)
+    return run
 
 
 def main() -> None:
@@ -316,7 +336,11 @@ def main() -> None:
     parser.add_argument("--prefix-requests", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--llama-threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--vigil-args", default="", help="extra `vigil serve` flags")
+    parser.add_argument(
+        "--vigil-args",
+        action="append",
+        help="extra `vigil serve` flags; repeat for several Vigil runs, a column each",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: c=1,2, 8 tokens")
     args = parser.parse_args()
     work = Workload(
@@ -342,17 +366,11 @@ def main() -> None:
                 runs[name] = run_workload(base, LLAMA_ALIAS, work)
                 runs[name].memory["total"] = rss_bytes(proc.pid)
         elif name == "vigil":
-            data_dir = Path(tempfile.mkdtemp())
-            (data_dir / "bench.toml").write_text(VIGIL_DEPLOYMENT)
-            flags = ("--models", SMOLLM2, "--config", str(data_dir / "bench.toml"))
-            with vigil_serve_process(*flags, *shlex.split(args.vigil_args), data_dir=data_dir) as (
-                base,
-                proc,
-            ):
-                runs[name] = run_workload(base, SMOLLM2, work)
-                gateway = rss_bytes(proc.pid)
-                worker = sum(rss_bytes(p) for p in descendants(proc.pid))
-                runs[name].memory.update(total=gateway + worker, gateway=gateway, worker=worker)
+            for extra in args.vigil_args or [""]:
+                label = f"vigil {extra}".strip()
+                runs[label] = vigil_run(extra, work)
+                print(f"{label}: done", flush=True)
+            continue
         else:
             raise SystemExit(f"unknown server {name!r} (llama-server, vigil)")
         print(f"{name}: done", flush=True)

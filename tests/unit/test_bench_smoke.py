@@ -167,9 +167,15 @@ def test_peer_table_gives_spread_and_ratio(peer_bench: ModuleType) -> None:
         vigil.add("c=1 tok/s", v)
     peer.memory["total"] = 1_400_000_000
     vigil.memory.update(total=2_800_000_000, gateway=400_000_000, worker=2_400_000_000)
-    table = peer_bench.format_table({"llama-server": peer, "vigil": vigil})
+    int4 = peer_bench.ServerRun()
+    for v in (80.0, 84.0):
+        int4.add("c=1 tok/s", v)
+    runs = {"llama-server": peer, "vigil": vigil, "vigil --quantization int4": int4}
+    table = peer_bench.format_table(runs)
     assert "42.0 (40.0-44.0)" in table and "21.0 (20.0-25.0)" in table
-    assert "0.50x" in table  # 21 / 42
+    header, tok_s = table.splitlines()[:2]
+    assert header.index("vigil/llama-server") < header.index("int4/llama-server")
+    assert tok_s.split()[-2:] == ["0.50x", "1.95x"]  # 21 / 42, 82 / 42
     assert "RSS worker MB" in table and "2400" in table
 
 
