@@ -163,7 +163,9 @@ async def closed_loop(
     """Output tokens/s over the wall time, and each request's timing."""
     queue = list(reversed(prompts))
     timings: list[Timing] = []
-    limits = httpx.Limits(max_connections=concurrency + 2)
+    # A connection per request, for both servers: llama-server closes idle keep-alive
+    # connections, and a request sent on one just as it closes fails with no response.
+    limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=0)
     client = httpx.AsyncClient(base_url=base, timeout=600, limits=limits, transport=transport)
     async with client:
 

@@ -11,6 +11,7 @@ from vigil.engine.model.quantized import (
     FEW_ROWS,
     GROUP_SIZE,
     Int4Linear,
+    Int8Embedding,
     Int8Linear,
     check_quantization,
     dequantize_int4,
@@ -102,5 +103,14 @@ def test_an_int4_model_holds_fewer_bytes_than_float32(smollm2, smollm2_int4) -> 
         )
 
     assert linear_bytes(smollm2_int4) < 0.7 * linear_bytes(smollm2)
-    assert isinstance(smollm2_int4.model.lm_head, Int8Linear)
-    assert smollm2_int4.model.model.embed_tokens.weight.dtype == torch.float32
+    head, embed = smollm2_int4.model.lm_head, smollm2_int4.model.model.embed_tokens
+    assert isinstance(head, Int8Linear)
+    assert isinstance(embed, Int8Embedding) and embed.rows is head  # tied: one int8 table
+
+
+def test_int8_embedding_rows_are_the_heads_weights() -> None:
+    w = torch.randn(50, 64, generator=torch.Generator().manual_seed(3))
+    head = Int8Linear(w)
+    rows = Int8Embedding(head, torch.float32)(torch.tensor([4, 0, 49]))
+    torch.testing.assert_close(rows, head.dequantized[[4, 0, 49]].float(), rtol=0.01, atol=1e-3)
+    torch.testing.assert_close(rows, w[[4, 0, 49]], rtol=0, atol=w.abs().max().item() / 127)
