@@ -15,6 +15,7 @@ from vigil.engine.model.quantized import (
     Int8Linear,
     check_quantization,
     dequantize_int4,
+    padded_rows,
     quantize_int4,
 )
 
@@ -114,3 +115,9 @@ def test_int8_embedding_rows_are_the_heads_weights() -> None:
     rows = Int8Embedding(head, torch.float32)(torch.tensor([4, 0, 49]))
     torch.testing.assert_close(rows, head.dequantized[[4, 0, 49]].float(), rtol=0.01, atol=1e-3)
     torch.testing.assert_close(rows, w[[4, 0, 49]], rtol=0, atol=w.abs().max().item() / 127)
+
+
+def test_bfloat16_matmuls_meet_a_bounded_number_of_row_counts() -> None:
+    shapes = {padded_rows(n) for n in range(FEW_ROWS + 1, 2049)}
+    assert len(shapes) == 8 + 30  # multiples of 16 up to 128, of 64 up to 2,048
+    assert all(padded_rows(n) - n < (16 if n <= 128 else 64) for n in range(6, 2049))
