@@ -50,8 +50,8 @@ def padded_rows(n: int) -> int:
     beyond it of 64. oneDNN builds and caches a kernel (and its scratch memory) for every
     shape it meets, so steps of every possible length grew a worker by 216 MB in a
     6-minute soak, still growing at the end; padded, a model's linears meet at most
-    8 + 30 shapes each up to 2,048 rows, and the cache stays small. The pad costs at most 15 rows up to
-    128, and under 50% (3% at 2,048) beyond."""
+    8 + 30 shapes each up to 2,048 rows, and the cache stays small. The pad costs at most
+    15 rows up to 128, and under 50% (3% at 2,048) beyond."""
     step = 16 if n <= 128 else 64
     return -(-n // step) * step
 
