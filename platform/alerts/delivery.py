@@ -115,8 +115,9 @@ class WebhookDelivery:
                     await self.send_due()
             except Exception:  # the next pass tries again; nothing is lost
                 log.exception("webhook delivery pass failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), POLL_INTERVAL_S)
+            with contextlib.suppress(TimeoutError):  # not wait_for: see control/ownership.py
+                async with asyncio.timeout(POLL_INTERVAL_S):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def send_due(self) -> int:

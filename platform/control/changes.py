@@ -95,7 +95,8 @@ class ChangeFeed:
             finally:
                 self.listening = False
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(conn.close(), PING_TIMEOUT_S)
+                    async with asyncio.timeout(PING_TIMEOUT_S):
+                        await conn.close()
                 if not conn.is_closed():
                     conn.terminate()
 
@@ -119,14 +120,18 @@ class ChangeFeed:
         log.info("listening for control-plane changes on channel %s", CHANNEL)
         await self._apply(on_change)  # anything written while nobody listened
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation
+            # that lands as the awaited call completes, and this loop outlives its task.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(heard.wait(), self._poll_interval_s)
+                async with asyncio.timeout(self._poll_interval_s):
+                    await heard.wait()
             if heard.is_set():
                 heard.clear()
                 await self._apply(on_change)
                 continue
             # A quiet interval: is the connection still there, and did a notice go missing?
-            await asyncio.wait_for(conn.execute("SELECT 1"), PING_TIMEOUT_S)
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await conn.execute("SELECT 1")
             await self._poll(on_change)
 
     async def _poll(self, on_change: OnChange) -> None:

@@ -80,14 +80,16 @@ class LoopOwnership:
 
     async def _hold(self, conn: asyncpg.Connection, on_change: OnOwnerChange) -> None:
         while True:
-            if self.is_owner:
-                await asyncio.wait_for(conn.execute("SELECT 1"), PING_TIMEOUT_S)
-            else:
-                took = await asyncio.wait_for(
-                    conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY), PING_TIMEOUT_S
-                )
-                if took:
-                    await self._set(True, on_change)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation
+            # that lands as the call completes, and this loop then outlives its task.
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                if self.is_owner:
+                    await conn.execute("SELECT 1")
+                    took = False
+                else:
+                    took = await conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY)
+            if took:
+                await self._set(True, on_change)
             await asyncio.sleep(self._check_interval_s)
 
     async def _set(self, owner: bool, on_change: OnOwnerChange) -> None:
@@ -107,6 +109,7 @@ class LoopOwnership:
 
 async def _close(conn: asyncpg.Connection) -> None:
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(conn.close(), PING_TIMEOUT_S)
+        async with asyncio.timeout(PING_TIMEOUT_S):
+            await conn.close()
     if not conn.is_closed():
         conn.terminate()
