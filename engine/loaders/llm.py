@@ -24,7 +24,6 @@ class LanguageModel:
     tokenizer: Tokenizer
     device: torch.device
     dtype: torch.dtype
-    quantization: str = "none"  # or "int4": weight-only, see model.quantized
 
 
 def load_language_model(
@@ -57,7 +56,7 @@ def _load(
     model = build_llama(cfg, weights, device)
     if quantization == "int4":
         quantize_model(model)
-    return LanguageModel(source.name, cfg, model, tokenizer, device, dtype, quantization)
+    return LanguageModel(source.name, cfg, model, tokenizer, device, dtype)
 
 
 def build_llama(
