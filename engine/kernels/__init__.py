@@ -24,19 +24,35 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).with_name("paged_attention.cpp")
+_HERE = Path(__file__).parent
 
 
 @functools.cache
 def paged_attention_ext() -> ModuleType | None:
+    """Decode attention read in place from the paged KV cache."""
+    return _native("paged_attention")
+
+
+@functools.cache
+def int4_decode_ext() -> ModuleType | None:
+    """Every decoder layer of an all-decode int4 step in one call."""
+    return _native("int4_decode")
+
+
+def _native(stem: str) -> ModuleType | None:
+    source = _HERE / f"{stem}.cpp"
     try:
         # -march=native: the build is only valid on this kind of CPU, so the cached
-        # build is named for it, and for its source: checkouts of different sources
+        # build is named for it, and for its sources: checkouts of different sources
         # on one machine each keep their own build.
-        key = hashlib.sha1(_cpu_model().encode() + _SOURCE.read_bytes()).hexdigest()[:8]
-        return cached_or_built(f"vigil_paged_attention_{key}", _SOURCE, cache_dir())
+        sources = [source, *sorted(_HERE.glob("*.h"))]  # and the headers it may include
+        digest = hashlib.sha1(_cpu_model().encode())
+        for path in sources:
+            digest.update(path.read_bytes())
+        key = digest.hexdigest()[:8]
+        return cached_or_built(f"vigil_{stem}_{key}", source, cache_dir())
     except Exception as exc:  # no compiler, no ninja, a failed build: use PyTorch
-        log.warning("native paged attention unavailable (%s); using the PyTorch path", exc)
+        log.warning("native %s unavailable (%s); using the PyTorch path", stem, exc)
         return None
 
 

@@ -10,6 +10,8 @@ rotate-half form (the GGUF loader undoes llama.cpp's row permutation).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -134,6 +136,16 @@ class LlamaBody(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
+class DecodeLayers(Protocol):
+    """A faster path through every decoder layer, for the steps it `takes`."""
+
+    def takes(self, x: torch.Tensor, kv_caches: torch.Tensor, meta: AttentionMetadata) -> bool: ...
+
+    def __call__(
+        self, x: torch.Tensor, rope: RopeTables, kv_caches: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor: ...
+
+
 class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -143,6 +155,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.decode_layers: DecodeLayers | None = None  # set by a quantization
 
     def forward(
         self,
@@ -153,6 +166,8 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:  # (T, hidden), after the final norm
         x = self.model.embed_tokens(input_ids)
         rope = self.rope.tables(positions, x.dtype)
+        if self.decode_layers is not None and self.decode_layers.takes(x, kv_caches, meta):
+            return self.model.norm(self.decode_layers(x, rope, kv_caches, meta))
         for i, layer in enumerate(self.model.layers):
             x = layer(x, rope, kv_caches[i], meta)
         return self.model.norm(x)

@@ -1,0 +1,179 @@
+// Every decoder layer of a Llama decode step in one call, for `--quantization int4`
+// on CPU.
+//
+// At a handful of rows a step's matmuls are small (about 4 ms of int4 weights at one
+// row) and the rest of the step is dispatch: about 25 PyTorch ops a layer, each a
+// Python call, over 30 layers. Here a layer is
+//
+//   x += o(attention(rope(qkv(norm1(x)))));  x += down(silu(gate) * up(norm2(x)))
+//
+// with the norms, RoPE, the KV writes, the decode attention (decode_attention.h),
+// SiLU and the residual adds as plain loops over the rows, and each linear one call
+// of ATen's packed int4 kernel (_weight_int4pack_mm_for_cpu: the same kernel, weights
+// and bfloat16 activations as the Python path, so the same numbers up to float
+// rounding). RoPE is the rotate-half form: x * cos + roll(x, D / 2) * sin_signed.
+//
+// x (n, C) float32 is updated in place and returned; the final norm and the head stay
+// in Python. cos, sin_signed: (n, D). kv: (layers, 2, S, KVH, D) float32, contiguous.
+// slot_mapping (n,): where each row's K/V goes; slots (n, Lmax), lens (n,): each row's
+// context, its new token included. norms: 2 per layer (input, post-attention);
+// linears: 2 tensors (packed weight, scales and zeros) for each of qkv, o, gate_up and
+// down, per layer, as Int4Linear holds them.
+#include <torch/extension.h>
+
+#include <cmath>
+#include <vector>
+
+#include "decode_attention.h"
+
+namespace {
+
+constexpr int64_t kGroup = 32;
+
+void rms_norm(const float* x, int64_t n, int64_t C, const float* w, float eps, at::BFloat16* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x + t * C;
+    float ss = 0.f;
+    for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
+    const float inv = 1.f / std::sqrt(ss / static_cast<float>(C) + eps);
+    for (int64_t c = 0; c < C; ++c) out[t * C + c] = static_cast<at::BFloat16>(xr[c] * inv * w[c]);
+  }
+}
+
+struct Linear {
+  torch::Tensor packed, scales_zeros;
+  int64_t out_features;
+
+  // (n, K) bfloat16 -> (n, out_features) bfloat16, a new tensor.
+  torch::Tensor operator()(const torch::Tensor& x) const {
+    return at::_weight_int4pack_mm_for_cpu(x, packed, kGroup, scales_zeros);
+  }
+};
+
+}  // namespace
+
+torch::Tensor decode_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
+                            torch::Tensor kv, torch::Tensor slot_mapping, torch::Tensor slots,
+                            torch::Tensor lens, std::vector<torch::Tensor> norms,
+                            std::vector<torch::Tensor> linears, int64_t H, int64_t KVH,
+                            double eps) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x: (n, C) contiguous float32");
+  TORCH_CHECK(kv.dim() == 5 && kv.scalar_type() == torch::kFloat32 && kv.is_contiguous() &&
+                  kv.size(1) == 2 && kv.size(3) == KVH,
+              "kv: (layers, 2, S, KVH, D) contiguous float32");
+  const int64_t n = x.size(0), C = x.size(1), L = kv.size(0), S = kv.size(2), D = kv.size(4);
+  TORCH_CHECK(cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32 &&
+                  cos.is_contiguous() && sin.is_contiguous() && cos.numel() == n * D &&
+                  sin.numel() == n * D,
+              "cos, sin: (n, D) contiguous float32");
+  TORCH_CHECK(slot_mapping.scalar_type() == torch::kInt64 && slot_mapping.numel() == n &&
+                  slots.scalar_type() == torch::kInt64 && slots.dim() == 2 &&
+                  slots.size(0) == n && lens.scalar_type() == torch::kInt64 && lens.numel() == n,
+              "slot_mapping (n,), slots (n, Lmax), lens (n,): int64");
+  TORCH_CHECK(norms.size() == static_cast<size_t>(2 * L) &&
+                  linears.size() == static_cast<size_t>(8 * L),
+              "2 norms and 4 linears (2 tensors each) per layer");
+  TORCH_CHECK(H % KVH == 0 && D % 2 == 0, "query heads must be a multiple of KV heads");
+  slot_mapping = slot_mapping.contiguous();
+  slots = slots.contiguous();
+  lens = lens.contiguous();
+  const int64_t Lmax = slots.size(1);
+  const int64_t* slot_of = slot_mapping.data_ptr<int64_t>();
+  const int64_t* sp = slots.data_ptr<int64_t>();
+  const int64_t* lp = lens.data_ptr<int64_t>();
+  for (int64_t t = 0; t < n; ++t) {
+    TORCH_CHECK(slot_of[t] >= 0 && slot_of[t] < S, "slot_mapping out of range");
+    TORCH_CHECK(lp[t] >= 1 && lp[t] <= Lmax, "lens out of range");
+    for (int64_t l = 0; l < lp[t]; ++l)
+      TORCH_CHECK(sp[t * Lmax + l] >= 0 && sp[t * Lmax + l] < S, "slots out of range");
+  }
+
+  // Each linear's output width, from its scales_zeros (K / 32, N, 2), checked against
+  // the model's shapes so a wrong weight list fails here, not as a wild read.
+  const int64_t QKV = (H + 2 * KVH) * D;
+  std::vector<Linear> w;
+  for (int64_t i = 0; i < 4 * L; ++i) {
+    const auto& packed = linears[2 * i];
+    const auto& sz = linears[2 * i + 1];
+    TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && sz.scalar_type() == torch::kBFloat16 &&
+                    sz.dim() == 3 && sz.size(2) == 2,
+                "linear ", i, ": a packed uint8 weight and (K / 32, N, 2) bfloat16 scales");
+    w.push_back({packed, sz, sz.size(1)});
+  }
+  const int64_t I2 = w[2].out_features, I = I2 / 2;
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t widths[4] = {QKV, C, I2, C};
+    const int64_t inputs[4] = {C, H * D, C, I};
+    for (int64_t j = 0; j < 4; ++j)
+      TORCH_CHECK(w[4 * l + j].out_features == widths[j] &&
+                      w[4 * l + j].scales_zeros.size(0) * kGroup == inputs[j],
+                  "layer ", l, ": linear ", j, " does not match the model's shapes");
+    for (int64_t j = 0; j < 2; ++j)
+      TORCH_CHECK(norms[2 * l + j].scalar_type() == torch::kFloat32 &&
+                      norms[2 * l + j].is_contiguous() && norms[2 * l + j].numel() == C,
+                  "layer ", l, ": norm weights must be (C,) float32");
+  }
+
+  const auto bf16 = x.options().dtype(torch::kBFloat16);
+  torch::Tensor h = torch::empty({n, C}, bf16);        // normed x, the qkv and gate_up input
+  torch::Tensor a = torch::empty({n, H * D}, bf16);    // attention output, o's input
+  torch::Tensor act = torch::empty({n, I}, bf16);      // silu(gate) * up, down's input
+  std::vector<float> q(n * H * D), attn(n * H * D), f(D), gate_up(n * I2), silu(n * I);
+  float* xp = x.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* snp = sin.data_ptr<float>();
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const float feps = static_cast<float>(eps);
+  const int64_t half = D / 2, slot_stride = KVH * D;
+  auto add_to_x = [&](const torch::Tensor& y) {
+    const at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+    for (int64_t i = 0; i < n * C; ++i) xp[i] += static_cast<float>(yp[i]);
+  };
+
+  for (int64_t l = 0; l < L; ++l) {
+    float* k_cache = kv.data_ptr<float>() + 2 * l * S * slot_stride;
+    float* v_cache = k_cache + S * slot_stride;
+    rms_norm(xp, n, C, norms[2 * l].data_ptr<float>(), feps, h.data_ptr<at::BFloat16>());
+    const torch::Tensor qkv = w[4 * l](h);
+    const at::BFloat16* qkvp = qkv.data_ptr<at::BFloat16>();
+    for (int64_t t = 0; t < n; ++t) {
+      const at::BFloat16* row = qkvp + t * QKV;
+      const float* c = cp + t * D;
+      const float* s = snp + t * D;
+      float* k_slot = k_cache + slot_of[t] * slot_stride;
+      for (int64_t head = 0; head < H + KVH; ++head) {  // queries, then keys: rotated
+        const at::BFloat16* v = row + head * D;
+        float* dst = head < H ? q.data() + (t * H + head) * D : k_slot + (head - H) * D;
+        for (int64_t d = 0; d < D; ++d) f[d] = static_cast<float>(v[d]);
+        for (int64_t d = 0; d < half; ++d) dst[d] = f[d] * c[d] + f[d + half] * s[d];
+        for (int64_t d = half; d < D; ++d) dst[d] = f[d] * c[d] + f[d - half] * s[d];
+      }
+      float* v_slot = v_cache + slot_of[t] * slot_stride;
+      for (int64_t i = 0; i < KVH * D; ++i) v_slot[i] = static_cast<float>(row[(H + KVH) * D + i]);
+    }
+    vigil::decode_attention(q.data(), n, H, D, k_cache, v_cache, KVH, slot_stride, sp, Lmax, lp,
+                            scale, attn.data());
+    at::BFloat16* ap = a.data_ptr<at::BFloat16>();
+    for (int64_t i = 0; i < n * H * D; ++i) ap[i] = static_cast<at::BFloat16>(attn[i]);
+    add_to_x(w[4 * l + 1](a));
+    rms_norm(xp, n, C, norms[2 * l + 1].data_ptr<float>(), feps, h.data_ptr<at::BFloat16>());
+    const torch::Tensor gu = w[4 * l + 2](h);
+    const at::BFloat16* gup = gu.data_ptr<at::BFloat16>();
+    at::BFloat16* actp = act.data_ptr<at::BFloat16>();
+    for (int64_t i = 0; i < n * I2; ++i) gate_up[i] = static_cast<float>(gup[i]);
+    for (int64_t t = 0; t < n; ++t) {  // in float: a loop the compiler vectorizes, exp too
+      const float* g = gate_up.data() + t * I2;
+      const float* u = g + I;
+      float* o = silu.data() + t * I;
+      for (int64_t i = 0; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    }
+    for (int64_t i = 0; i < n * I; ++i) actp[i] = static_cast<at::BFloat16>(silu[i]);
+    add_to_x(w[4 * l + 3](act));
+  }
+  return x;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_layers", &decode_layers, "every decoder layer of an all-decode int4 step");
+}

@@ -1,0 +1,175 @@
+"""The fused int4 decode step (engine/kernels/int4_decode.cpp) against the decoder
+layers' own forward on the same quantized weights: the same hidden states and KV
+writes, only for the steps it is meant for, and bad arguments refused before any read."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vigil.engine.kernels import int4_decode_ext, paged_attention_ext
+from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
+from vigil.engine.model.config import LlamaConfig
+from vigil.engine.model.llama import LlamaForCausalLM
+from vigil.engine.model.quantized import FEW_ROWS, FusedDecodeLayers, quantize_model
+
+BLOCK = 4
+CFG = LlamaConfig(
+    vocab_size=256,
+    hidden_size=128,
+    intermediate_size=256,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-5,
+    max_position=256,
+    tie_word_embeddings=True,
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(CFG)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:  # norms: not all ones, so a norm applied twice shows
+                p.uniform_(0.5, 1.5)
+    quantize_model(m)
+    assert isinstance(m.decode_layers, FusedDecodeLayers)
+    return m.eval()
+
+
+class Batch:
+    """Sequences whose KV blocks are scattered over a small cache (block b of sequence i
+    is 3 * b + i: interleaved, so a slot mix-up reads another sequence's keys)."""
+
+    def __init__(self, lens: list[int]) -> None:
+        self.lens = list(lens)
+        blocks = (max(lens) + 8) // BLOCK + 1
+        self.tables = [[3 * b + i for b in range(blocks)] for i in range(len(lens))]
+        num_slots = (3 * blocks + len(lens)) * BLOCK
+        self.kv = torch.zeros(CFG.num_layers, 2, num_slots, CFG.num_kv_heads, CFG.head_dim)
+
+    def slot(self, i: int, pos: int) -> int:
+        return self.tables[i][pos // BLOCK] * BLOCK + pos % BLOCK
+
+    def prefill(self, model: LlamaForCausalLM) -> None:
+        ids, positions, slots, spans, row = [], [], [], [], 0
+        for i, n in enumerate(self.lens):
+            ids += [(7 * i + 3 * p) % CFG.vocab_size for p in range(n)]
+            positions += list(range(n))
+            slots += [self.slot(i, p) for p in range(n)]
+            spans.append(PrefillSpan(row, n, 0, None))
+            row += n
+        meta = AttentionMetadata(torch.tensor(slots), 0, None, None, None, spans)
+        with torch.inference_mode():
+            model(torch.tensor(ids), torch.tensor(positions), self.kv, meta)
+
+    def decode_meta(self) -> AttentionMetadata:
+        """One new token per sequence, at its next position."""
+        lmax = max(self.lens) + 1
+        context = [[self.slot(i, p) for p in range(lmax)] for i in range(len(self.lens))]
+        ext = paged_attention_ext()
+        return AttentionMetadata(
+            slot_mapping=torch.tensor([self.slot(i, n) for i, n in enumerate(self.lens)]),
+            num_decodes=len(self.lens),
+            decode_slots=torch.tensor(context),
+            decode_lens=torch.tensor([n + 1 for n in self.lens]),
+            decode_mask=None,
+            prefills=[],
+            decode_kernel=ext.paged_decode_attention if ext is not None else None,
+        )
+
+
+def decode(model: LlamaForCausalLM, batch: Batch, kv: torch.Tensor, fused: bool) -> torch.Tensor:
+    layers = model.decode_layers
+    if not fused:
+        model.decode_layers = None
+    try:
+        ids = torch.tensor([(11 * n) % CFG.vocab_size for n in batch.lens])
+        with torch.inference_mode():
+            return model(ids, torch.tensor(batch.lens), kv, batch.decode_meta())
+    finally:
+        model.decode_layers = layers
+
+
+def test_the_fused_decode_kernel_builds_on_this_machine() -> None:
+    # The CI machine has a compiler: a silent fallback there would hide a broken build.
+    assert int4_decode_ext() is not None
+
+
+@pytest.mark.parametrize("lens", [[5], [17, 3, 9], [30, 2, 11, 6, 21][:FEW_ROWS]])
+def test_fused_steps_equal_the_layers_forward(model: LlamaForCausalLM, lens: list[int]) -> None:
+    batch = Batch(lens)
+    batch.prefill(model)
+    for _ in range(3):  # each step reads the keys the step before wrote
+        fused_kv, layers_kv = batch.kv.clone(), batch.kv.clone()
+        assert model.decode_layers is not None
+        assert model.decode_layers.takes(
+            torch.zeros(len(lens), CFG.hidden_size), fused_kv, batch.decode_meta()
+        )
+        fused = decode(model, batch, fused_kv, fused=True)
+        layers = decode(model, batch, layers_kv, fused=False)
+        # Both run the same packed kernel on the same bfloat16 activations; what may
+        # differ is float summation order in a norm, flipping a bfloat16 rounding.
+        assert (fused - layers).norm() <= 1e-3 * layers.norm()
+        assert (fused_kv - layers_kv).abs().max() <= 1e-2 * layers_kv.abs().max()
+        batch.kv = layers_kv
+        batch.lens = [n + 1 for n in batch.lens]
+
+
+def test_steps_it_is_not_for_take_the_layers(model: LlamaForCausalLM) -> None:
+    layers = model.decode_layers
+    assert layers is not None
+    x = torch.zeros(FEW_ROWS + 1, CFG.hidden_size)
+    many = Batch([4] * (FEW_ROWS + 1))
+    assert not layers.takes(x, many.kv, many.decode_meta())  # too many rows
+    one = Batch([4])
+    mixed = one.decode_meta()
+    mixed.prefills = [PrefillSpan(1, 3, 0, None)]
+    mixed.num_decodes = 1
+    assert not layers.takes(torch.zeros(4, CFG.hidden_size), one.kv, mixed)  # a prefill
+    assert not layers.takes(x[:1].bfloat16(), one.kv.bfloat16(), one.decode_meta())
+    assert layers.takes(x[:1], one.kv, one.decode_meta())
+
+
+def test_bad_arguments_are_refused_before_any_read(model: LlamaForCausalLM) -> None:
+    layers = model.decode_layers
+    assert isinstance(layers, FusedDecodeLayers)
+    batch = Batch([6])
+    meta = batch.decode_meta()
+    assert meta.decode_slots is not None and meta.decode_lens is not None
+    x = torch.zeros(1, CFG.hidden_size)
+    cos = sin = torch.zeros(1, CFG.head_dim)
+    H, KVH, eps = CFG.num_heads, CFG.num_kv_heads, CFG.rms_norm_eps
+
+    def call(**changes: object) -> None:
+        args: dict[str, object] = {
+            "slot_mapping": meta.slot_mapping,
+            "slots": meta.decode_slots,
+            "lens": meta.decode_lens,
+            "norms": layers.norms,
+            "linears": layers.linears,
+        }
+        args.update(changes)
+        layers.kernels.decode_layers(
+            x, cos, sin, batch.kv, args["slot_mapping"], args["slots"], args["lens"],
+            args["norms"], args["linears"], H, KVH, eps,
+        )  # fmt: skip
+
+    num_slots = batch.kv.shape[2]
+    with pytest.raises(RuntimeError, match="slot_mapping out of range"):
+        call(slot_mapping=torch.tensor([num_slots]))
+    with pytest.raises(RuntimeError, match="slots out of range"):
+        call(slots=torch.full_like(meta.decode_slots, -1))
+    with pytest.raises(RuntimeError, match="lens out of range"):
+        call(lens=torch.tensor([meta.decode_slots.shape[1] + 1]))
+    with pytest.raises(RuntimeError, match="4 linears"):
+        call(linears=layers.linears[:-2])
+    swapped = list(layers.linears)
+    swapped[0:2], swapped[2:4] = swapped[2:4], swapped[0:2]  # o where qkv belongs
+    with pytest.raises(RuntimeError, match="does not match the model"):
+        call(linears=swapped)
