@@ -21,11 +21,14 @@ Two kernels per linear, chosen per call by the number of rows (tokens) in the st
                        (oneDNN: AMX or AVX-512 BF16 where the CPU has them)
 
 because the packed kernels' cost grows with the rows while a bfloat16 matmul's barely
-does until the rows fill its tiles (measured on the model's shapes, one thread: int4 is
-4.5x faster than float32 at one row and slower than bfloat16 from 8 rows; int8 on the
-head likewise from 6). Both compute with the same quantized weights; the bfloat16 copy
-doubles as the prefill weights, so an int4 linear takes 2.6 bytes a weight, below
-float32's 4.
+does until the rows fill its tiles. Where they cross depends on where the weights are
+read from: one layer's linears, timed alone with their weights in cache, crossed at 6-10
+rows; the whole model's, whose bfloat16 copy (212 MB) is read from memory every step,
+at about 16 (AMD EPYC, one thread: 8 decodes 18-23 ms packed and fused against 39-42 ms
+in bfloat16, 8-token prefills 20-31 against 37-41 ms, 16 decodes 40 ms either way; the
+int8 head at 8 rows 3.8-4.2 against 5.4-7.1 ms). Both compute with the same quantized
+weights; the bfloat16 copy doubles as the prefill weights, so an int4 linear takes 2.6
+bytes a weight, below float32's 4.
 
 Inputs and outputs keep the model's dtype (float32 by default: norms, RoPE, attention
 and the KV cache stay float32); only the matmul runs in bfloat16. CPU only: the CUDA
@@ -52,7 +55,7 @@ from vigil.engine.model.config import QUANTIZATIONS
 from vigil.engine.model.llama import DecoderLayer, LlamaForCausalLM, RopeTables
 
 GROUP_SIZE = 32
-FEW_ROWS = 5  # up to here the packed kernels; measured crossovers: 6-8 rows
+FEW_ROWS = 8  # up to here the packed kernels (measured whole-model crossover: ~16 rows)
 
 
 def padded_rows(n: int) -> int:

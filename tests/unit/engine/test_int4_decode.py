@@ -44,13 +44,14 @@ def model() -> LlamaForCausalLM:
 
 class Batch:
     """Sequences whose KV blocks are scattered over a small cache (block b of sequence i
-    is 3 * b + i: interleaved, so a slot mix-up reads another sequence's keys)."""
+    is b * n + i for n sequences: interleaved, so a slot mix-up reads another sequence's
+    keys)."""
 
     def __init__(self, lens: list[int]) -> None:
         self.lens = list(lens)
-        blocks = (max(lens) + 8) // BLOCK + 1
-        self.tables = [[3 * b + i for b in range(blocks)] for i in range(len(lens))]
-        num_slots = (3 * blocks + len(lens)) * BLOCK
+        n, blocks = len(lens), (max(lens) + 8) // BLOCK + 1
+        self.tables = [[b * n + i for b in range(blocks)] for i in range(n)]
+        num_slots = blocks * n * BLOCK
         self.kv = torch.zeros(CFG.num_layers, 2, num_slots, CFG.num_kv_heads, CFG.head_dim)
 
     def slot(self, i: int, pos: int) -> int:
@@ -101,7 +102,7 @@ def test_the_fused_decode_kernel_builds_on_this_machine() -> None:
     assert int4_decode_ext() is not None
 
 
-@pytest.mark.parametrize("lens", [[5], [17, 3, 9], [30, 2, 11, 6, 21][:FEW_ROWS]])
+@pytest.mark.parametrize("lens", [[5], [17, 3, 9], [30, 2, 11, 6, 21, 9, 14, 1][:FEW_ROWS]])
 def test_fused_steps_equal_the_layers_forward(model: LlamaForCausalLM, lens: list[int]) -> None:
     batch = Batch(lens)
     batch.prefill(model)
