@@ -246,11 +246,14 @@ class WorkerRuntime:
                 if slot.state is SlotState.LOADING:
                     slot.state = SlotState.READY
                 slot.progress = 1.0
+            quantization = version.param("quantization", self.settings.quantization)
+            quantized = version.kind is ModelKind.GENERATE and quantization != "none"
             log.info(
-                "%s ready on %s (%s) in %.1f s",
+                "%s ready on %s (%s%s) in %.1f s",
                 version.key,
                 self.device,
                 dtype,
+                f", {quantization}" if quantized else "",
                 time.monotonic() - t0,
             )
         except Exception as exc:
