@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,6 +48,10 @@ from vigil.platform.worker.runtime import EngineSlot, Slot, WorkerRuntime
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
+# A gateway away for this long is warned about. Shorter absences are a gateway shutting
+# down before its local workers (`vigil serve` stopping) or restarting: logged at info.
+LOST_WARNING_S = 5.0
+clock = time.monotonic  # read at each call, so tests can move it
 CALL_TIMEOUT_S = 10.0
 RESOLVE_INTERVAL_S = 5.0
 
@@ -118,6 +123,8 @@ class GatewayLink:
     ) -> None:
         self.url = url
         self.registered = False
+        self._lost_since: float | None = None  # since when the gateway has not answered
+        self._warned = False
         self.assignment: list[EngineSlot] = []
         self._links = links
         self._client = httpx.AsyncClient(
@@ -137,10 +144,28 @@ class GatewayLink:
         try:
             await self._beat()
         except (httpx.HTTPError, msgspec.DecodeError) as exc:
-            if self.registered:
-                log.warning("gateway %s unreachable (%s); will register again", self.url, exc)
-            self.registered = False
+            self._lost(exc)
+        else:
+            self._lost_since, self._warned = None, False
         self._links.reconcile()
+
+    def _lost(self, exc: Exception) -> None:
+        now = clock()
+        if self.registered:
+            log.info("gateway %s unreachable (%s); will register again", self.url, exc)
+        if self._lost_since is None:  # lost now, or not reached yet since the start
+            self._lost_since = now
+        elif not self._warned:
+            away = now - self._lost_since
+            if away >= LOST_WARNING_S:
+                log.warning(
+                    "gateway %s unreachable for %.0f s (%s); will register again when it answers",
+                    self.url,
+                    away,
+                    exc,
+                )
+                self._warned = True
+        self.registered = False
 
     async def _beat(self) -> None:
         settings, runtime = self._links.settings, self._links.runtime

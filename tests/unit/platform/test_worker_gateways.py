@@ -15,7 +15,13 @@ import torch
 
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.settings import SettingsError, WorkerSettings, gateway_urls
-from vigil.platform.worker.gateways import GatewayLinks, resolved_urls, union_of
+from vigil.platform.worker import gateways as gateways_module
+from vigil.platform.worker.gateways import (
+    LOST_WARNING_S,
+    GatewayLinks,
+    resolved_urls,
+    union_of,
+)
 from vigil.platform.worker.protocol import Assignment, SlotSpec, VersionWire
 from vigil.platform.worker.runtime import EngineSlot
 
@@ -169,3 +175,55 @@ def test_resolved_urls_keep_scheme_port_and_path_per_address() -> None:
         {"gw": ["fd00::2", "10.1.0.9"], "other": ["10.1.0.9"]}.__getitem__,
     )
     assert found == ["https://10.1.0.9:8443/base", "https://[fd00::2]:8443/base", "http://10.1.0.9"]
+
+
+async def test_a_gateway_away_briefly_is_not_warned_about_one_away_long_is_once(
+    cluster,  # type: ignore[no-untyped-def]
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`vigil serve` stopping closes its gateway a moment before its local worker: that
+    is no warning. A gateway still away after LOST_WARNING_S is, once per absence."""
+    gateways, _, links = cluster
+    now = [100.0]
+    monkeypatch.setattr(gateways_module, "clock", lambda: now[0])
+    caplog.set_level("INFO", logger="vigil.platform.worker.gateways")
+    await links.beat()
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    gateways["gw-a"].up = False
+    await links.beat()
+    now[0] += LOST_WARNING_S - 1
+    await links.beat()
+    assert warnings() == []
+    assert any("gw-a" in r.getMessage() and r.levelname == "INFO" for r in caplog.records)
+    now[0] += 1
+    await links.beat()
+    await links.beat()
+    assert len(warnings()) == 1 and "gw-a" in warnings()[0] and "for 5 s" in warnings()[0]
+    gateways["gw-a"].up = True
+    await links.beat()  # back: registered again, and a later absence counts anew
+    assert links.num_registered == 2
+    gateways["gw-a"].up = False
+    await links.beat()
+    now[0] += LOST_WARNING_S
+    await links.beat()
+    assert len(warnings()) == 2
+
+
+async def test_a_gateway_never_reached_is_warned_about_too(
+    cluster,  # type: ignore[no-untyped-def]
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gateways, _, links = cluster
+    now = [0.0]
+    monkeypatch.setattr(gateways_module, "clock", lambda: now[0])
+    gateways["gw-b"].up = False  # a wrong URL, or a gateway not started
+    await links.beat()
+    now[0] += LOST_WARNING_S
+    await links.beat()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "gw-b" in warned[0]
