@@ -93,16 +93,16 @@ async def test_mirrors_are_dropped_while_the_shadow_is_busy_and_clients_never_wa
         for _ in range(MAX_IN_FLIGHT + 3):
             r = await client.post("/v1/chat/completions", json=CHAT)
             assert r.status_code == 200
-        # One mirror waits in the shadow's queue; the others found it busy.
-        await until(lambda: len(shadow.arrived) == 1)
-        dropped = sample(
-            gateway,
-            "vigil_shadow_dropped_total",
-            deployment=f"{SMOLLM2}:shadow",
-            version=SHADOW,
-            why="busy",
-        )
-        assert dropped == MAX_IN_FLIGHT + 2
+
+        # One mirror waits in the shadow's queue; the others found it busy. A mirror is
+        # a task of its own, so the last one may count its drop after its client's
+        # answer: wait for the count, then hold it to exactly that.
+        def busy() -> float:
+            labels = {"deployment": f"{SMOLLM2}:shadow", "version": SHADOW, "why": "busy"}
+            return sample(gateway, "vigil_shadow_dropped_total", **labels)
+
+        await until(lambda: len(shadow.arrived) == 1 and busy() >= MAX_IN_FLIGHT + 2)
+        assert len(shadow.arrived) == 1 and busy() == MAX_IN_FLIGHT + 2
         shadow.release()
         await until(lambda: gateway.services.generation.shadows.in_flight(SMOLLM2) == 0)
         # A shadow whose worker reports it failed is not mirrored to at all.
