@@ -111,17 +111,23 @@ def test_sigterm_on_a_worker_moves_new_requests_and_finishes_its_streams(
     data_dir = tmp_path_factory.mktemp("drain-worker")
     with launch_vigil(data_dir, "--workers", "2", "--drain-timeout", "60") as vigil:
         url = vigil.base_url
-        deadline = time.monotonic() + 120
-        while True:  # both workers ready
-            metrics = httpx.get(f"{url}/metrics", timeout=5).text
-            up = [
-                x
-                for x in metrics.splitlines()
-                if x.startswith("vigil_worker_up{") and x.endswith(" 1.0")
-            ]
-            if len(up) == 2:
+        deadline = time.monotonic() + 180
+        while True:  # both workers up, with the chat model loaded on each
+            metrics = httpx.get(f"{url}/metrics", timeout=5).text.splitlines()
+            up = [x for x in metrics if x.startswith("vigil_worker_up{") and x.endswith(" 1.0")]
+            # An engine reports its KV blocks once loaded: a worker still loading (on a
+            # first start it also builds the native kernels) would not take the moved
+            # requests.
+            loaded = {
+                replica
+                for x in metrics
+                if x.startswith("vigil_kv_cache_free_blocks{") and MODEL in x
+                for replica in ("local-0", "local-1")
+                if f'replica="{replica}"' in x
+            }
+            if len(up) == 2 and len(loaded) == 2:
                 break
-            assert time.monotonic() < deadline, "two workers did not come up"
+            assert time.monotonic() < deadline, "two workers did not come up with the model"
             time.sleep(0.5)
         threads, results = run_streams(url, 4)
         # Stop a worker that is running streams (routing may have put them all on one).
