@@ -46,7 +46,7 @@ def _native(stem: str) -> ModuleType | None:
         # build is named for it, and for its sources: checkouts of different sources
         # on one machine each keep their own build.
         sources = [source, *sorted(_HERE.glob("*.h"))]  # and the headers it may include
-        digest = hashlib.sha1(_cpu_model().encode())
+        digest = hashlib.sha1(cpu_identity().encode())
         for path in sources:
             digest.update(path.read_bytes())
         key = digest.hexdigest()[:8]
@@ -91,11 +91,17 @@ def _import(name: str, library: Path) -> ModuleType:
     return module
 
 
-def _cpu_model() -> str:
+def cpu_identity() -> str:
+    """The CPU's model name and its instruction-set flags. The name alone is not
+    enough: a cloud's "AMD EPYC" is one name for CPUs with and without AVX-512, and a
+    build for the one stops the other with an illegal instruction."""
     try:
+        fields = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        if "flags" in fields or "model name" in fields:
+            return f"{fields.get('model name', '')} | {fields.get('flags', '')}"
     except OSError:
         pass
     return platform.machine()

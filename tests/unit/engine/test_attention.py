@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vigil.engine.kernels import cache_dir, cached_or_built, paged_attention_ext
+from vigil.engine.kernels import cache_dir, cached_or_built, cpu_identity, paged_attention_ext
 from vigil.engine.model.attention import AttentionMetadata, paged_attention
 
 
@@ -54,6 +54,16 @@ def run(case: tuple[torch.Tensor, ...], kernel: bool) -> torch.Tensor:
 def test_native_kernel_builds_on_this_machine() -> None:
     # The CI machine has a compiler: a silent fallback there would hide a broken build.
     assert paged_attention_ext() is not None
+
+
+def test_the_cached_build_is_named_for_the_cpu_flags_not_only_its_model_name() -> None:
+    # Builds use -march=native; one model name covers CPUs with and without AVX-512.
+    flags = next(
+        line.partition(":")[2].split()
+        for line in Path("/proc/cpuinfo").read_text().splitlines()
+        if line.startswith("flags")
+    )
+    assert set(flags) <= set(cpu_identity().split())
 
 
 @pytest.mark.parametrize(
