@@ -17,8 +17,10 @@ Two kernels per linear, chosen per call by the number of rows (tokens) in the st
     rows <= FEW_ROWS   PyTorch's packed weight-only matmul (_weight_int4pack_mm_for_cpu,
                        _weight_int8pack_mm) reading the packed weights; bfloat16
                        activations
-    more rows          a bfloat16 matmul on the same weights dequantized once at load
-                       (oneDNN: AMX or AVX-512 BF16 where the CPU has them)
+    more rows          a matmul on the same weights dequantized once at load to
+                       bfloat16: in bfloat16 where the CPU runs it natively (oneDNN on
+                       AVX-512 BF16 or AMX), else in float32, each weight converted
+                       when its linear runs
 
 because the packed kernels' cost grows with the rows while a bfloat16 matmul's barely
 does until the rows fill its tiles. Where they cross depends on where the weights are
@@ -30,8 +32,19 @@ int8 head at 8 rows 3.8-4.2 against 5.4-7.1 ms). Both compute with the same quan
 weights; the bfloat16 copy doubles as the prefill weights, so an int4 linear takes 2.6
 bytes a weight, below float32's 4.
 
+A CPU without native bfloat16 (AVX2 only) converts each element of a bfloat16 matmul:
+there it took 2.5-3x the float32 model's time from 8 to 64 rows (AMD EPYC, AVX2, the
+model's linears at 16 rows: 817 ms against 212 ms). Converting the weights to float32
+as each linear runs costs 5-80% over float32 weights held whole (383 ms at 16 rows,
+601 against 552 at 64) and holds no second copy; the packed kernels stay ahead of it
+to between 16 and 32 rows (331 ms at 16, 470 against 431 at 32). A whole decode step
+against the float32 model's (precision_bench): 0.60x at 1 row, 0.75x at 8, 0.99x at
+16, 1.17x at 24 (all packed); so there FEW_ROWS is 16. A 64-token prefill: 1.08x
+float32's, where through the bfloat16 matmul a 32-token one took 3.1x.
+
 Inputs and outputs keep the model's dtype (float32 by default: norms, RoPE, attention
-and the KV cache stay float32); only the matmul runs in bfloat16. CPU only: the CUDA
+and the KV cache stay float32); only a matmul's activations are rounded to bfloat16
+(not in the float32 many-rows path). CPU only: the CUDA
 int4 kernel packs weights differently and is not wired here.
 
 A step of up to FEW_ROWS rows that are all decodes runs every decoder layer in one
@@ -54,8 +67,20 @@ from vigil.engine.model.attention import AttentionMetadata
 from vigil.engine.model.config import QUANTIZATIONS
 from vigil.engine.model.llama import DecoderLayer, LlamaForCausalLM, RopeTables
 
+
+def native_bfloat16() -> bool:
+    """Whether oneDNN runs bfloat16 matmuls natively on this CPU (AVX-512 BF16, AMX)."""
+    try:  # private, but the one place torch says so
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 GROUP_SIZE = 32
-FEW_ROWS = 8  # up to here the packed kernels (measured whole-model crossover: ~16 rows)
+# Up to FEW_ROWS rows the packed kernels (measured
+# whole-model crossovers: ~16 rows against native bfloat16, ~16 against float32).
+MANY_ROWS_IN_BFLOAT16 = native_bfloat16()  # else in float32
+FEW_ROWS = 8 if MANY_ROWS_IN_BFLOAT16 else 16
 
 
 def padded_rows(n: int) -> int:
@@ -70,7 +95,7 @@ def padded_rows(n: int) -> int:
 
 
 class PackedLinear(nn.Module):
-    """A bias-free linear: packed weights for few rows, bfloat16 ones for many."""
+    """A bias-free linear: packed weights for few rows, bfloat16-held ones for many."""
 
     dequantized: torch.Tensor  # (out, in) bfloat16: the quantized weights, for many rows
 
@@ -79,13 +104,15 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        rows = x.reshape(-1, self.in_features)
         n = rows.shape[0]
         if n <= FEW_ROWS:
-            out = self.packed_mm(rows)
+            out = self.packed_mm(rows.to(torch.bfloat16))
+        elif MANY_ROWS_IN_BFLOAT16:
+            padded = F.pad(rows.to(torch.bfloat16), (0, 0, 0, padded_rows(n) - n))
+            out = F.linear(padded, self.dequantized)[:n]
         else:
-            padded = padded_rows(n)
-            out = F.linear(F.pad(rows, (0, 0, 0, padded - n)), self.dequantized)[:n]
+            out = F.linear(rows.float(), self.dequantized.float())
         return out.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ import torch
 from vigil.engine.bundled import SMOLLM2, bundled_source
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
+from vigil.engine.model.quantized import native_bfloat16
 from vigil.engine.request import GenerationRequest, RequestId, SamplingParams
 
 PROMPT_TOKENS = 16
@@ -103,13 +104,6 @@ def bench_prefill(models: dict[str, LanguageModel], tokens: int, rounds: int) ->
     return f"{tokens}-token prefill: " + ", ".join(cells)
 
 
-def native_bf16() -> str:
-    try:  # private, but the one place torch says whether oneDNN has native bfloat16
-        return "yes" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "no"
-    except (AttributeError, RuntimeError):
-        return "unknown"
-
-
 def cpu_model() -> str:
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -134,9 +128,10 @@ def main() -> None:
     if modes[0] != BASELINE:
         modes.insert(0, BASELINE)
     models = {name: load_language_model(source, cpu, *MODES[name]) for name in modes}
+    native = "yes" if native_bfloat16() else "no"
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), {cpu_model()}, "
-        f"kernels {torch.backends.cpu.get_cpu_capability()}, native bfloat16: {native_bf16()}"
+        f"kernels {torch.backends.cpu.get_cpu_capability()}, native bfloat16: {native}"
     )
     rows = [bench_batch(models, int(b), args.rounds, args.steps) for b in args.batch.split(",")]
     header = ["batch", f"{BASELINE} ms/step"]

@@ -7,6 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from vigil.engine.loaders import llm
+from vigil.engine.model import quantized
 from vigil.engine.model.quantized import (
     FEW_ROWS,
     GROUP_SIZE,
@@ -46,6 +48,19 @@ def test_a_constant_group_quantizes_without_dividing_by_zero() -> None:
     torch.testing.assert_close(dequantize_int4(q, scale, low), w)
 
 
+@pytest.fixture(params=[True, False], ids=["bfloat16", "float32"])
+def many_rows_in_bfloat16(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Either path for many rows, whichever this CPU would choose."""
+    monkeypatch.setattr(quantized, "MANY_ROWS_IN_BFLOAT16", request.param)
+
+
+def test_many_rows_compute_in_bfloat16_only_where_the_cpu_runs_it_natively() -> None:
+    native = quantized.native_bfloat16()
+    assert native is quantized.MANY_ROWS_IN_BFLOAT16
+    assert (8 if native else 16) == FEW_ROWS
+
+
+@pytest.mark.usefixtures("many_rows_in_bfloat16")
 @pytest.mark.parametrize("rows", [1, FEW_ROWS, FEW_ROWS + 1, 40])
 def test_int4_linear_matches_the_float_matmul_at_every_row_count(rows: int) -> None:
     w = q4_1_weight(96, 256, seed=rows)
@@ -57,6 +72,7 @@ def test_int4_linear_matches_the_float_matmul_at_every_row_count(rows: int) -> N
     torch.testing.assert_close(out, F.linear(x, w), rtol=0.02, atol=0.05)
 
 
+@pytest.mark.usefixtures("many_rows_in_bfloat16")
 def test_the_two_kernels_switch_at_few_rows() -> None:
     """Few rows read the packed weights, more rows the bfloat16 copy: spoil the copy and
     only the many-rows answer changes."""
@@ -74,6 +90,7 @@ def test_int4_linear_keeps_leading_dims_and_a_bfloat16_model() -> None:
     assert layer(x).shape == (2, 3, 32) and layer(x).dtype == torch.bfloat16
 
 
+@pytest.mark.usefixtures("many_rows_in_bfloat16")
 @pytest.mark.parametrize("rows", [1, FEW_ROWS + 3])
 def test_int8_linear_is_within_a_row_scale_of_the_float_matmul(rows: int) -> None:
     g = torch.Generator().manual_seed(2)
@@ -118,6 +135,19 @@ def test_int8_embedding_rows_are_the_heads_weights() -> None:
 
 
 def test_bfloat16_matmuls_meet_a_bounded_number_of_row_counts() -> None:
-    shapes = {padded_rows(n) for n in range(FEW_ROWS + 1, 2049)}
+    shapes = {padded_rows(n) for n in range(1, 2049)}
     assert len(shapes) == 8 + 30  # multiples of 16 up to 128, of 64 up to 2,048
     assert all(padded_rows(n) - n < (16 if n <= 128 else 64) for n in range(6, 2049))
+
+
+def test_bfloat16_on_a_cpu_without_native_support_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(llm, "native_bfloat16", lambda: False)
+    warning = llm.slow_dtype_warning(cpu, torch.bfloat16)
+    assert warning is not None and "--quantization int4" in warning
+    assert llm.slow_dtype_warning(cpu, torch.float32) is None
+    assert llm.slow_dtype_warning(cuda, torch.bfloat16) is None
+    monkeypatch.setattr(llm, "native_bfloat16", lambda: True)
+    assert llm.slow_dtype_warning(cpu, torch.bfloat16) is None
