@@ -96,7 +96,7 @@ def cpu_identity() -> str:
     enough: a cloud's "AMD EPYC" is one name for CPUs with and without AVX-512, and a
     build for the one stops the other with an illegal instruction."""
     try:
-        fields = {}
+        fields: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             fields.setdefault(key.strip(), value.strip())
