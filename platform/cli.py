@@ -27,13 +27,14 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--dtype",
         help="auto (default: float32 on CPU, bfloat16 on CUDA), float32, "
-        "bfloat16, float16  [VIGIL_DTYPE]",
+        "bfloat16 (on CPU it pays only with AVX-512 BF16 or AMX: slower than float32 "
+        "elsewhere), float16  [VIGIL_DTYPE]",
     )
     g.add_argument(
         "--quantization",
-        help="none (default) or int4: weight-only int4 linears (int8 output head) with "
-        "bfloat16 matmuls, CPU only; about 2.4x faster decoding at batch 1 on AVX-512 "
-        "CPUs, parity bound in the README  [VIGIL_QUANTIZATION]",
+        help="none (default) or int4: weight-only int4 linears (int8 output head), CPU "
+        "only; a decode step at batch 1 in 0.2x float32's time on AVX-512 CPUs, 0.4x on "
+        "AVX2 ones; parity bound in the README  [VIGIL_QUANTIZATION]",
     )
     g.add_argument(
         "--torch-threads",

@@ -39,6 +39,12 @@ def int4_decode_ext() -> ModuleType | None:
     return _native("int4_decode")
 
 
+@functools.cache
+def packed_matmul_ext() -> ModuleType | None:
+    """int4 and int8 weight-only matmuls for CPUs with AVX2 and no AVX-512."""
+    return _native("packed_matmul")
+
+
 def _native(stem: str) -> ModuleType | None:
     source = _HERE / f"{stem}.cpp"
     try:

@@ -1,6 +1,6 @@
 // Decode attention read straight from a paged KV cache: the core that
 // paged_attention.cpp exposes to Python and the fused decode step of
-// quantized_matmul.cpp runs inside each layer.
+// int4_decode.cpp runs inside each layer.
 //
 // q: (B, H, D) contiguous; k_cache, v_cache: slots of (KVH, D) contiguous rows,
 // `slot_stride` floats apart; slots: (B, Lmax) slot of each position; lens: (B,)

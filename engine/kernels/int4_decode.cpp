@@ -9,44 +9,75 @@
 //
 // with the norms, RoPE, the KV writes, the decode attention (decode_attention.h),
 // SiLU and the residual adds as plain loops over the rows, and each linear one call
-// of ATen's packed int4 kernel (_weight_int4pack_mm_for_cpu: the same kernel, weights
-// and bfloat16 activations as the Python path, so the same numbers up to float
-// rounding). RoPE is the rotate-half form: x * cos + roll(x, D / 2) * sin_signed.
+// of the int4 kernel its Int4Linear uses: ATen's packed one (_weight_int4pack_mm_for_cpu,
+// bfloat16 activations) or, on a CPU with AVX2 and no AVX-512, packed_matmul.h's (float32
+// activations); the same kernel and weights as the Python path, so the same numbers up
+// to float rounding. RoPE is the rotate-half form: x * cos + roll(x, D / 2) * sin_signed.
 //
 // x (n, C) float32 is updated in place and returned; the final norm and the head stay
 // in Python. cos, sin_signed: (n, D). kv: (layers, 2, S, KVH, D) float32, contiguous.
 // slot_mapping (n,): where each row's K/V goes; slots (n, Lmax), lens (n,): each row's
 // context, its new token included. norms: 2 per layer (input, post-attention);
-// linears: 2 tensors (packed weight, scales and zeros) for each of qkv, o, gate_up and
-// down, per layer, as Int4Linear holds them.
+// linears: 2 tensors (packed weight, scales) for each of qkv, o, gate_up and down, per
+// layer, as Int4Linear holds them.
 #include <torch/extension.h>
 
 #include <cmath>
 #include <vector>
 
 #include "decode_attention.h"
+#include "packed_matmul.h"
 
 namespace {
 
-constexpr int64_t kGroup = 32;
-
-void rms_norm(const float* x, int64_t n, int64_t C, const float* w, float eps, at::BFloat16* out) {
+void rms_norm(const float* x, int64_t n, int64_t C, const float* w, float eps, float* out) {
   for (int64_t t = 0; t < n; ++t) {
     const float* xr = x + t * C;
     float ss = 0.f;
     for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
     const float inv = 1.f / std::sqrt(ss / static_cast<float>(C) + eps);
-    for (int64_t c = 0; c < C; ++c) out[t * C + c] = static_cast<at::BFloat16>(xr[c] * inv * w[c]);
+    for (int64_t c = 0; c < C; ++c) out[t * C + c] = xr[c] * inv * w[c];
   }
 }
 
 struct Linear {
-  torch::Tensor packed, scales_zeros;
-  int64_t out_features;
+  torch::Tensor packed, scales;
+  bool own;  // packed_matmul.h's layout (float32 scales), else ATen's (bfloat16 scales)
+  int64_t in_features, out_features;
 
-  // (n, K) bfloat16 -> (n, out_features) bfloat16, a new tensor.
-  torch::Tensor operator()(const torch::Tensor& x) const {
-    return at::_weight_int4pack_mm_for_cpu(x, packed, kGroup, scales_zeros);
+  Linear(const torch::Tensor& packed_, const torch::Tensor& scales_, int64_t i)
+      : packed(packed_), scales(scales_), own(scales_.scalar_type() == torch::kFloat32) {
+    TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && scales.dim() == 3 && scales.size(2) == 2,
+                "linear ", i, ": a packed uint8 weight and its scales");
+    if (own) {  // q (N, K / 2), dm (N, K / 32, 2): read here as raw memory, so checked whole
+      out_features = scales.size(0);
+      in_features = scales.size(1) * vigil::kInt4Group;
+      TORCH_CHECK(scales.is_contiguous() && packed.is_contiguous() && packed.dim() == 2 &&
+                      packed.size(0) == out_features && packed.size(1) == in_features / 2,
+                  "linear ", i, ": (N, K / 2) uint8 and (N, K / 32, 2) float32, contiguous");
+    } else {  // ATen's packing, (K / 32, N, 2) bfloat16 scales: ATen checks the rest
+      TORCH_CHECK(scales.scalar_type() == torch::kBFloat16,
+                  "linear ", i, ": scales must be float32 or bfloat16");
+      out_features = scales.size(1);
+      in_features = scales.size(0) * vigil::kInt4Group;
+    }
+  }
+
+  // in (n, K) float32 -> out (n, N) float32. ATen's kernel takes its rows in
+  // `scratch`, an (n, K) bfloat16 tensor: converted here, so that it costs no more
+  // PyTorch ops than the one matmul.
+  void operator()(const float* in, int64_t n, torch::Tensor& scratch, float* out) const {
+    if (own) {
+      vigil::int4_matmul(in, n, in_features, packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
+                         out_features, out);
+      return;
+    }
+    at::BFloat16* rows = scratch.data_ptr<at::BFloat16>();
+    for (int64_t i = 0; i < n * in_features; ++i) rows[i] = static_cast<at::BFloat16>(in[i]);
+    const torch::Tensor y =
+        at::_weight_int4pack_mm_for_cpu(scratch, packed, vigil::kInt4Group, scales);
+    const at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+    for (int64_t i = 0; i < n * out_features; ++i) out[i] = static_cast<float>(yp[i]);
   }
 };
 
@@ -89,25 +120,17 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor si
       TORCH_CHECK(sp[t * Lmax + l] >= 0 && sp[t * Lmax + l] < S, "slots out of range");
   }
 
-  // Each linear's output width, from its scales_zeros (K / 32, N, 2), checked against
-  // the model's shapes so a wrong weight list fails here, not as a wild read.
+  // Each linear's shape, from its scales, checked against the model's shapes so a
+  // wrong weight list fails here, not as a wild read.
   const int64_t QKV = (H + 2 * KVH) * D;
   std::vector<Linear> w;
-  for (int64_t i = 0; i < 4 * L; ++i) {
-    const auto& packed = linears[2 * i];
-    const auto& sz = linears[2 * i + 1];
-    TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && sz.scalar_type() == torch::kBFloat16 &&
-                    sz.dim() == 3 && sz.size(2) == 2,
-                "linear ", i, ": a packed uint8 weight and (K / 32, N, 2) bfloat16 scales");
-    w.push_back({packed, sz, sz.size(1)});
-  }
+  for (int64_t i = 0; i < 4 * L; ++i) w.emplace_back(linears[2 * i], linears[2 * i + 1], i);
   const int64_t I2 = w[2].out_features, I = I2 / 2;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t widths[4] = {QKV, C, I2, C};
     const int64_t inputs[4] = {C, H * D, C, I};
     for (int64_t j = 0; j < 4; ++j)
-      TORCH_CHECK(w[4 * l + j].out_features == widths[j] &&
-                      w[4 * l + j].scales_zeros.size(0) * kGroup == inputs[j],
+      TORCH_CHECK(w[4 * l + j].out_features == widths[j] && w[4 * l + j].in_features == inputs[j],
                   "layer ", l, ": linear ", j, " does not match the model's shapes");
     for (int64_t j = 0; j < 2; ++j)
       TORCH_CHECK(norms[2 * l + j].scalar_type() == torch::kFloat32 &&
@@ -115,61 +138,55 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor si
                   "layer ", l, ": norm weights must be (C,) float32");
   }
 
+  // Each linear's input and output, float32; and the input as ATen's kernel takes it.
+  std::vector<float> h(n * C), a(n * H * D), act(n * I), qkv(n * QKV), gu(n * I2), proj(n * C);
+  std::vector<float> q(n * H * D);
   const auto bf16 = x.options().dtype(torch::kBFloat16);
-  torch::Tensor h = torch::empty({n, C}, bf16);        // normed x, the qkv and gate_up input
-  torch::Tensor a = torch::empty({n, H * D}, bf16);    // attention output, o's input
-  torch::Tensor act = torch::empty({n, I}, bf16);      // silu(gate) * up, down's input
-  std::vector<float> q(n * H * D), attn(n * H * D), f(D), gate_up(n * I2), silu(n * I);
+  torch::Tensor h16 = torch::empty({n, C}, bf16), a16 = torch::empty({n, H * D}, bf16),
+                act16 = torch::empty({n, I}, bf16);
   float* xp = x.data_ptr<float>();
   const float* cp = cos.data_ptr<float>();
   const float* snp = sin.data_ptr<float>();
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const float feps = static_cast<float>(eps);
   const int64_t half = D / 2, slot_stride = KVH * D;
-  auto add_to_x = [&](const torch::Tensor& y) {
-    const at::BFloat16* yp = y.data_ptr<at::BFloat16>();
-    for (int64_t i = 0; i < n * C; ++i) xp[i] += static_cast<float>(yp[i]);
+  auto add_proj_to_x = [&]() {
+    for (int64_t i = 0; i < n * C; ++i) xp[i] += proj[i];
   };
 
   for (int64_t l = 0; l < L; ++l) {
     float* k_cache = kv.data_ptr<float>() + 2 * l * S * slot_stride;
     float* v_cache = k_cache + S * slot_stride;
-    rms_norm(xp, n, C, norms[2 * l].data_ptr<float>(), feps, h.data_ptr<at::BFloat16>());
-    const torch::Tensor qkv = w[4 * l](h);
-    const at::BFloat16* qkvp = qkv.data_ptr<at::BFloat16>();
+    rms_norm(xp, n, C, norms[2 * l].data_ptr<float>(), feps, h.data());
+    w[4 * l](h.data(), n, h16, qkv.data());
     for (int64_t t = 0; t < n; ++t) {
-      const at::BFloat16* row = qkvp + t * QKV;
+      const float* row = qkv.data() + t * QKV;
       const float* c = cp + t * D;
       const float* s = snp + t * D;
       float* k_slot = k_cache + slot_of[t] * slot_stride;
       for (int64_t head = 0; head < H + KVH; ++head) {  // queries, then keys: rotated
-        const at::BFloat16* v = row + head * D;
+        const float* v = row + head * D;
         float* dst = head < H ? q.data() + (t * H + head) * D : k_slot + (head - H) * D;
-        for (int64_t d = 0; d < D; ++d) f[d] = static_cast<float>(v[d]);
-        for (int64_t d = 0; d < half; ++d) dst[d] = f[d] * c[d] + f[d + half] * s[d];
-        for (int64_t d = half; d < D; ++d) dst[d] = f[d] * c[d] + f[d - half] * s[d];
+        for (int64_t d = 0; d < half; ++d) dst[d] = v[d] * c[d] + v[d + half] * s[d];
+        for (int64_t d = half; d < D; ++d) dst[d] = v[d] * c[d] + v[d - half] * s[d];
       }
       float* v_slot = v_cache + slot_of[t] * slot_stride;
-      for (int64_t i = 0; i < KVH * D; ++i) v_slot[i] = static_cast<float>(row[(H + KVH) * D + i]);
+      for (int64_t i = 0; i < KVH * D; ++i) v_slot[i] = row[(H + KVH) * D + i];
     }
     vigil::decode_attention(q.data(), n, H, D, k_cache, v_cache, KVH, slot_stride, sp, Lmax, lp,
-                            scale, attn.data());
-    at::BFloat16* ap = a.data_ptr<at::BFloat16>();
-    for (int64_t i = 0; i < n * H * D; ++i) ap[i] = static_cast<at::BFloat16>(attn[i]);
-    add_to_x(w[4 * l + 1](a));
-    rms_norm(xp, n, C, norms[2 * l + 1].data_ptr<float>(), feps, h.data_ptr<at::BFloat16>());
-    const torch::Tensor gu = w[4 * l + 2](h);
-    const at::BFloat16* gup = gu.data_ptr<at::BFloat16>();
-    at::BFloat16* actp = act.data_ptr<at::BFloat16>();
-    for (int64_t i = 0; i < n * I2; ++i) gate_up[i] = static_cast<float>(gup[i]);
-    for (int64_t t = 0; t < n; ++t) {  // in float: a loop the compiler vectorizes, exp too
-      const float* g = gate_up.data() + t * I2;
+                            scale, a.data());
+    w[4 * l + 1](a.data(), n, a16, proj.data());
+    add_proj_to_x();
+    rms_norm(xp, n, C, norms[2 * l + 1].data_ptr<float>(), feps, h.data());
+    w[4 * l + 2](h.data(), n, h16, gu.data());
+    for (int64_t t = 0; t < n; ++t) {  // a loop the compiler vectorizes, exp too
+      const float* g = gu.data() + t * I2;
       const float* u = g + I;
-      float* o = silu.data() + t * I;
+      float* o = act.data() + t * I;
       for (int64_t i = 0; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
     }
-    for (int64_t i = 0; i < n * I; ++i) actp[i] = static_cast<at::BFloat16>(silu[i]);
-    add_to_x(w[4 * l + 3](act));
+    w[4 * l + 3](act.data(), n, act16, proj.data());
+    add_proj_to_x();
   }
   return x;
 }

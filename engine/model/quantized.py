@@ -14,9 +14,11 @@ serve the embedding lookups, so no float copy of the table is kept.
 
 Two kernels per linear, chosen per call by the number of rows (tokens) in the step:
 
-    rows <= FEW_ROWS   PyTorch's packed weight-only matmul (_weight_int4pack_mm_for_cpu,
-                       _weight_int8pack_mm) reading the packed weights; bfloat16
-                       activations
+    rows <= few_rows   a packed weight-only matmul reading the packed weights: PyTorch's
+                       (_weight_int4pack_mm_for_cpu, _weight_int8pack_mm; bfloat16
+                       activations; up to FEW_ROWS), or on a CPU whose widest vectors
+                       are AVX2 our own (engine/kernels/packed_matmul.h; float32
+                       activations; up to OWN_FEW_ROWS)
     more rows          a matmul on the same weights dequantized once at load to
                        bfloat16: in bfloat16 where the CPU runs it natively (oneDNN on
                        AVX-512 BF16 or AMX), else in float32, each weight converted
@@ -36,18 +38,22 @@ A CPU without native bfloat16 (AVX2 only) converts each element of a bfloat16 ma
 there it took 2.5-3x the float32 model's time from 8 to 64 rows (AMD EPYC, AVX2, the
 model's linears at 16 rows: 817 ms against 212 ms). Converting the weights to float32
 as each linear runs costs 5-80% over float32 weights held whole (383 ms at 16 rows,
-601 against 552 at 64) and holds no second copy; the packed kernels stay ahead of it
-to between 16 and 32 rows (331 ms at 16, 470 against 431 at 32). A whole decode step
-against the float32 model's (precision_bench): 0.60x at 1 row, 0.75x at 8, 0.99x at
-16, 1.17x at 24 (all packed); so there FEW_ROWS is 16. A 64-token prefill: 1.08x
-float32's, where through the bfloat16 matmul a 32-token one took 3.1x.
+601 against 552 at 64) and holds no second copy. There, too, PyTorch's packed kernels
+unpack every weight again for each row, so their time grows in step with the rows
+(the linears: 29 ms at 1 row, 119 at 8, 241 at 16; the head 8.0, 30.7, 61.1):
+packed_matmul.h unpacks a weight once for up to 8 rows (26, 68, 126 ms; the head 4.8,
+14.6, 29.2) and stays ahead of the float32 path to about 64 rows (496 against 516 ms),
+so there OWN_FEW_ROWS is 48. A whole decode step against the float32 model's
+(precision_bench): 0.41x at 1 row, 0.33x at 4, 0.41x at 8, 0.61x at 16 and 0.74x at 32,
+where PyTorch's packed kernels took 0.60x at 1, 0.75x at 8 and 0.99x at 16; a 256-token
+prefill 1.03x (through the converted bfloat16 matmul a 32-token one took 3.1x).
 
 Inputs and outputs keep the model's dtype (float32 by default: norms, RoPE, attention
-and the KV cache stay float32); only a matmul's activations are rounded to bfloat16
-(not in the float32 many-rows path). CPU only: the CUDA
-int4 kernel packs weights differently and is not wired here.
+and the KV cache stay float32); only PyTorch's kernels round a matmul's activations to
+bfloat16. CPU only: the CUDA int4 kernel packs weights differently and is not wired
+here.
 
-A step of up to FEW_ROWS rows that are all decodes runs every decoder layer in one
+A step of up to few_rows rows that are all decodes runs every decoder layer in one
 native call (FusedDecodeLayers, engine/kernels/int4_decode.cpp): the same packed kernel
 and weights, with the ops between the matmuls as loops in C++. At one row that cut a
 step from 15.8 to 10.7 ms: about 25 ops a layer, each a Python call and a dispatch,
@@ -62,7 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vigil.engine.kernels import int4_decode_ext
+from vigil.engine.kernels import int4_decode_ext, packed_matmul_ext
 from vigil.engine.model.attention import AttentionMetadata
 from vigil.engine.model.config import QUANTIZATIONS
 from vigil.engine.model.llama import DecoderLayer, LlamaForCausalLM, RopeTables
@@ -77,10 +83,16 @@ def native_bfloat16() -> bool:
 
 
 GROUP_SIZE = 32
-# Up to FEW_ROWS rows the packed kernels (measured
-# whole-model crossovers: ~16 rows against native bfloat16, ~16 against float32).
 MANY_ROWS_IN_BFLOAT16 = native_bfloat16()  # else in float32
+# Up to these many rows the packed kernels: ATen's, crossing the many-rows path at ~16
+# rows against native bfloat16 or float32; packed_matmul.cpp's (AVX2) at ~64.
 FEW_ROWS = 8 if MANY_ROWS_IN_BFLOAT16 else 16
+OWN_FEW_ROWS = 48
+
+
+def few_rows(kernel: ModuleType | None) -> int:
+    """The most rows a step sends to `kernel` (None: ATen's packed kernels)."""
+    return FEW_ROWS if kernel is None else OWN_FEW_ROWS
 
 
 def padded_rows(n: int) -> int:
@@ -95,19 +107,20 @@ def padded_rows(n: int) -> int:
 
 
 class PackedLinear(nn.Module):
-    """A bias-free linear: packed weights for few rows, bfloat16-held ones for many."""
+    """A bias-free linear: packed weights for few rows, bfloat16-held ones for many.
+    `kernel`: packed_matmul.cpp for the few rows, else ATen's packed kernel."""
 
     dequantized: torch.Tensor  # (out, in) bfloat16: the quantized weights, for many rows
 
-    def __init__(self, in_features: int, out_features: int) -> None:
+    def __init__(self, in_features: int, out_features: int, kernel: ModuleType | None) -> None:
         super().__init__()
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features, self.out_features, self.kernel = in_features, out_features, kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         n = rows.shape[0]
-        if n <= FEW_ROWS:
-            out = self.packed_mm(rows.to(torch.bfloat16))
+        if n <= few_rows(self.kernel):
+            out = self.packed_mm(rows)
         elif MANY_ROWS_IN_BFLOAT16:
             padded = F.pad(rows.to(torch.bfloat16), (0, 0, 0, padded_rows(n) - n))
             out = F.linear(padded, self.dequantized)[:n]
@@ -116,30 +129,47 @@ class PackedLinear(nn.Module):
         return out.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
+        """(n, in) rows of any float dtype -> (n, out)."""
         raise NotImplementedError
 
 
 class Int4Linear(PackedLinear):
-    """(out, in) weight held as int4 groups along `in`."""
+    """(out, in) weight held as int4 groups along `in`, packed for one of two kernels:
 
-    packed: torch.Tensor  # (out, in / 2) uint8, the packed kernel's layout
-    scales_zeros: torch.Tensor  # (in / GROUP_SIZE, out, 2) bfloat16: d and m + 8 d
+    ATen's    packed (out, in / 2) uint8 in _convert_weight_to_int4pack_for_cpu's
+              layout; scales (in / 32, out, 2) bfloat16: d and m + 8 d, as it wants
+    own       (`kernel`: packed_matmul.cpp, for AVX2 CPUs) packed (out, in / 2) uint8,
+              byte j of a group holding weights j and j + 16; scales (out, in / 32, 2)
+              float32: d and m
+    """
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    packed: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(self, weight: torch.Tensor, kernel: ModuleType | None = None) -> None:
         out_features, in_features = weight.shape
-        super().__init__(in_features, out_features)
+        super().__init__(in_features, out_features, kernel)
         if in_features % GROUP_SIZE:
             raise ValueError(f"in_features {in_features} is not a multiple of {GROUP_SIZE}")
         q, scale, low = quantize_int4(weight.float())
-        self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(q, 1))
-        # The kernel computes (q - 8) * scale + zero: zero = m + 8 d gives q * d + m.
-        zeros = low + 8 * scale
-        pairs = torch.stack([scale, zeros], dim=-1).transpose(0, 1).contiguous()
-        self.register_buffer("scales_zeros", pairs.to(torch.bfloat16))
+        if kernel is None:
+            packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+            # The kernel computes (q - 8) * scale + zero: zero = m + 8 d gives q * d + m.
+            pairs = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1)
+            scales = pairs.contiguous().to(torch.bfloat16)
+        else:
+            halves = q.view(out_features, -1, 2, GROUP_SIZE // 2).to(torch.uint8)
+            packed = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(out_features, -1)
+            scales = torch.stack([scale, low], dim=-1).contiguous()
+        self.register_buffer("packed", packed.contiguous())
+        self.register_buffer("scales", scales)
         self.register_buffer("dequantized", dequantize_int4(q, scale, low).to(torch.bfloat16))
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
-        return torch._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP_SIZE, self.scales_zeros)
+        if self.kernel is not None:
+            return self.kernel.int4_mm(rows.float(), self.packed, self.scales)
+        bf16 = rows.to(torch.bfloat16)
+        return torch._weight_int4pack_mm_for_cpu(bf16, self.packed, GROUP_SIZE, self.scales)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4"
@@ -151,9 +181,10 @@ class Int8Linear(PackedLinear):
     packed: torch.Tensor  # (out, in) int8
     scales: torch.Tensor  # (out,) bfloat16
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, kernel: ModuleType | None = None) -> None:
         out_features, in_features = weight.shape
-        super().__init__(in_features, out_features)
+        whole_groups = in_features % GROUP_SIZE == 0  # what packed_matmul.cpp takes
+        super().__init__(in_features, out_features, kernel if whole_groups else None)
         w = weight.float()
         scale = w.abs().amax(dim=1) / 127
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -163,7 +194,9 @@ class Int8Linear(PackedLinear):
         self.register_buffer("dequantized", (q * scale.unsqueeze(1)).to(torch.bfloat16))
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
-        return torch._weight_int8pack_mm(rows, self.packed, self.scales)
+        if self.kernel is not None:
+            return self.kernel.int8_mm(rows.float(), self.packed, self.scales)
+        return torch._weight_int8pack_mm(rows.to(torch.bfloat16), self.packed, self.scales)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
@@ -200,17 +233,22 @@ class Int8Embedding(nn.Module):
         return q * self.rows.scales.index_select(0, ids).to(self.dtype).unsqueeze(-1)
 
 
-def quantize_model(model: LlamaForCausalLM, fused: bool = True) -> None:
+def quantize_model(model: LlamaForCausalLM, fused: bool = True, own: bool | None = None) -> None:
     """Every linear of the decoder layers -> Int4Linear and the output head ->
     Int8Linear, in place. A head tied to the token embeddings also serves the lookups
-    (Int8Embedding): the float table goes, 113 MB of the bundled model in float32."""
+    (Int8Embedding): the float table goes, 113 MB of the bundled model in float32.
+    `own`: packed_matmul.cpp's kernels rather than ATen's; by default where they were
+    measured to pay (own_kernel)."""
+    kernel = own_kernel() if own is None else packed_matmul_ext() if own else None
+    if own and kernel is None:
+        raise RuntimeError("the packed_matmul kernels did not build on this machine")
     for parent in model.model.layers.modules():
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):  # qkv_proj, o_proj, gate_up_proj, down_proj
-                setattr(parent, name, Int4Linear(child.weight.detach()))
+                setattr(parent, name, Int4Linear(child.weight.detach(), kernel))
     embed = model.model.embed_tokens
     tied = model.lm_head.weight is embed.weight
-    head = Int8Linear(model.lm_head.weight.detach())
+    head = Int8Linear(model.lm_head.weight.detach(), kernel)
     model.lm_head = head  # type: ignore[assignment]
     if tied:
         model.model.embed_tokens = Int8Embedding(head, embed.weight.dtype)  # type: ignore[assignment]
@@ -219,9 +257,19 @@ def quantize_model(model: LlamaForCausalLM, fused: bool = True) -> None:
         model.decode_layers = FusedDecodeLayers(model, kernels)
 
 
+def own_kernel() -> ModuleType | None:
+    """packed_matmul.cpp on a CPU whose widest vectors are AVX2, where ATen's packed
+    kernel unpacks every weight again for each row (the bundled model's linears at 8
+    rows: 119 ms against 67, AMD EPYC); None elsewhere: with AVX-512 ATen's is the
+    kernel measured (8.1 ms a whole step at one row)."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        return None
+    return packed_matmul_ext()
+
+
 class FusedDecodeLayers:
     """Every decoder layer of a step in one native call (engine/kernels/int4_decode.cpp),
-    for steps of up to FEW_ROWS rows, all decodes: the same packed kernels, weights and
+    for steps of up to few_rows(its kernel) rows, all decodes: the same packed kernels, weights and
     decode attention as the layers' own forward, without a Python call and a dispatch
     for each of about 25 ops a layer."""
 
@@ -231,18 +279,20 @@ class FusedDecodeLayers:
         self.heads, self.kv_heads, self.eps = cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps
         self.norms: list[torch.Tensor] = []
         self.linears: list[torch.Tensor] = []
+        self.kernel: ModuleType | None = None
         for layer in model.model.layers:
             assert isinstance(layer, DecoderLayer)
             attn, mlp = layer.self_attn, layer.mlp
             self.norms += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
             for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
                 assert isinstance(linear, Int4Linear)
-                self.linears += [linear.packed, linear.scales_zeros]
+                self.linears += [linear.packed, linear.scales]
+                self.kernel = linear.kernel  # one for all: quantize_model's choice
 
     def takes(self, x: torch.Tensor, kv_caches: torch.Tensor, meta: AttentionMetadata) -> bool:
         rows = x.shape[0]
         return (
-            0 < rows <= FEW_ROWS
+            0 < rows <= few_rows(self.kernel)
             and meta.num_decodes == rows
             and meta.decode_slots is not None
             and meta.decode_lens is not None

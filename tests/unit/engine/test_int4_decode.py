@@ -11,7 +11,7 @@ from vigil.engine.kernels import int4_decode_ext, paged_attention_ext
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
 from vigil.engine.model.config import LlamaConfig
 from vigil.engine.model.llama import LlamaForCausalLM
-from vigil.engine.model.quantized import FEW_ROWS, FusedDecodeLayers, quantize_model
+from vigil.engine.model.quantized import FusedDecodeLayers, few_rows, quantize_model
 
 BLOCK = 4
 CFG = LlamaConfig(
@@ -29,15 +29,16 @@ CFG = LlamaConfig(
 )
 
 
-@pytest.fixture(scope="module")
-def model() -> LlamaForCausalLM:
+@pytest.fixture(scope="module", params=[False, True], ids=["aten", "packed_matmul"])
+def model(request: pytest.FixtureRequest) -> LlamaForCausalLM:
+    """The model quantized for either int4 kernel, whichever this CPU would choose."""
     torch.manual_seed(0)
     m = LlamaForCausalLM(CFG)
     with torch.no_grad():
         for p in m.parameters():
             if p.dim() == 1:  # norms: not all ones, so a norm applied twice shows
                 p.uniform_(0.5, 1.5)
-    quantize_model(m)
+    quantize_model(m, own=request.param)
     assert isinstance(m.decode_layers, FusedDecodeLayers)
     return m.eval()
 
@@ -102,7 +103,7 @@ def test_the_fused_decode_kernel_builds_on_this_machine() -> None:
     assert int4_decode_ext() is not None
 
 
-@pytest.mark.parametrize("lens", [[5], [17, 3, 9], [30, 2, 11, 6, 21, 9, 14, 1][:FEW_ROWS]])
+@pytest.mark.parametrize("lens", [[5], [17, 3, 9], [30, 2, 11, 6, 21, 9, 14, 1]])
 def test_fused_steps_equal_the_layers_forward(model: LlamaForCausalLM, lens: list[int]) -> None:
     batch = Batch(lens)
     batch.prefill(model)
@@ -114,8 +115,8 @@ def test_fused_steps_equal_the_layers_forward(model: LlamaForCausalLM, lens: lis
         )
         fused = decode(model, batch, fused_kv, fused=True)
         layers = decode(model, batch, layers_kv, fused=False)
-        # Both run the same packed kernel on the same bfloat16 activations; what may
-        # differ is float summation order in a norm, flipping a bfloat16 rounding.
+        # Both run the same int4 kernel on the same activations; what may differ is
+        # float summation order in a norm, flipping a bfloat16 rounding (ATen's kernel).
         assert (fused - layers).norm() <= 1e-3 * layers.norm()
         assert (fused_kv - layers_kv).abs().max() <= 1e-2 * layers_kv.abs().max()
         batch.kv = layers_kv
@@ -125,8 +126,9 @@ def test_fused_steps_equal_the_layers_forward(model: LlamaForCausalLM, lens: lis
 def test_steps_it_is_not_for_take_the_layers(model: LlamaForCausalLM) -> None:
     layers = model.decode_layers
     assert layers is not None
-    x = torch.zeros(FEW_ROWS + 1, CFG.hidden_size)
-    many = Batch([4] * (FEW_ROWS + 1))
+    limit = few_rows(layers.kernel)
+    x = torch.zeros(limit + 1, CFG.hidden_size)
+    many = Batch([4] * (limit + 1))
     assert not layers.takes(x, many.kv, many.decode_meta())  # too many rows
     one = Batch([4])
     mixed = one.decode_meta()
@@ -174,3 +176,12 @@ def test_bad_arguments_are_refused_before_any_read(model: LlamaForCausalLM) -> N
     swapped[0:2], swapped[2:4] = swapped[2:4], swapped[0:2]  # o where qkv belongs
     with pytest.raises(RuntimeError, match="does not match the model"):
         call(linears=swapped)
+    half_scales = list(layers.linears)
+    half_scales[1] = half_scales[1].half()
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        call(linears=half_scales)
+    if layers.linears[1].dtype == torch.float32:  # packed_matmul's weights: read as raw memory
+        short = list(layers.linears)
+        short[0] = short[0][:-1]
+        with pytest.raises(RuntimeError, match=r"\(N, K / 2\) uint8"):
+            call(linears=short)

@@ -8,9 +8,9 @@ Two measures, each on fixed inputs shipped here:
 - greedy agreement over a fixed set of completion prompts, decoded together through the
   scheduler, runner and paged KV cache (bfloat16 decodes take the PyTorch attention path:
   the native kernel is float32 only). int4 is decoded both ways its linears run: 4 and
-  8 prompts at a time through the fused decode step (the packed int4 kernel), and 8 at a
-  time with the switch lowered below 8 rows (bfloat16 matmuls on the dequantized
-  weights).
+  8 prompts at a time through the fused decode step (the packed int4 kernel this CPU
+  uses), and 8 at a time with the switch lowered below 8 rows (matmuls on the
+  dequantized weights, in bfloat16 or float32 as this CPU runs them).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from vigil.engine.kv_cache import BlockPool
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model import quantized
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
-from vigil.engine.model.quantized import FEW_ROWS
 from vigil.engine.request import GenerationRequest, RequestId, SamplingParams
 from vigil.engine.runner import ModelRunner
 from vigil.engine.scheduler import Scheduler, SchedulerConfig
@@ -229,16 +228,17 @@ def test_bfloat16_greedy_agrees_with_float32(smollm2, smollm2_bf16) -> None:  # 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("together", "few_rows"),
-    [(4, FEW_ROWS), (8, FEW_ROWS), (8, 4)],
-    ids=["fused-packed-4", "fused-packed-8", "bfloat16-8"],
+    [(4, 8), (8, 8), (8, 4)],
+    ids=["fused-packed-4", "fused-packed-8", "many-rows-8"],
 )
 def test_int4_greedy_agrees_with_float32(  # type: ignore[no-untyped-def]
     smollm2, smollm2_int4, together: int, few_rows: int, monkeypatch
 ) -> None:
     # Decode steps of `together` rows: up to few_rows the fused step and packed kernels,
-    # beyond it bfloat16 matmuls on the dequantized weights (the switch lowered to reach
-    # that path with the 8 prompts there are).
+    # beyond it matmuls on the dequantized weights (bfloat16 or float32, as the CPU
+    # chooses; the switch lowered to reach that path with the 8 prompts there are).
     monkeypatch.setattr(quantized, "FEW_ROWS", few_rows)
+    monkeypatch.setattr(quantized, "OWN_FEW_ROWS", few_rows)
     prompts = [smollm2.tokenizer.encode(p) for p in PROMPTS]
     agreed = []
     for start in range(0, len(prompts), together):

@@ -3,20 +3,25 @@ bfloat16 rounding of the float matmul, and the choices refused where they cannot
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from vigil.engine.kernels import packed_matmul_ext
 from vigil.engine.loaders import llm
 from vigil.engine.model import quantized
 from vigil.engine.model.quantized import (
     FEW_ROWS,
     GROUP_SIZE,
+    OWN_FEW_ROWS,
     Int4Linear,
     Int8Embedding,
     Int8Linear,
     check_quantization,
     dequantize_int4,
+    few_rows,
     padded_rows,
     quantize_int4,
 )
@@ -58,13 +63,29 @@ def test_many_rows_compute_in_bfloat16_only_where_the_cpu_runs_it_natively() -> 
     native = quantized.native_bfloat16()
     assert native is quantized.MANY_ROWS_IN_BFLOAT16
     assert (8 if native else 16) == FEW_ROWS
+    assert few_rows(None) == FEW_ROWS and few_rows(packed_matmul_ext()) == OWN_FEW_ROWS
+
+
+@pytest.fixture(params=[False, True], ids=["aten", "packed_matmul"])
+def kernel(request: pytest.FixtureRequest) -> ModuleType | None:
+    """Either packed kernel (ATen's or packed_matmul.cpp's), whichever this CPU would choose."""
+    if not request.param:
+        return None
+    kernel = packed_matmul_ext()
+    assert kernel is not None  # the CI machine has a compiler
+    return kernel
 
 
 @pytest.mark.usefixtures("many_rows_in_bfloat16")
-@pytest.mark.parametrize("rows", [1, FEW_ROWS, FEW_ROWS + 1, 40])
-def test_int4_linear_matches_the_float_matmul_at_every_row_count(rows: int) -> None:
+@pytest.mark.parametrize("rows", [1, 3, 8, "few", "few + 1", 70])
+def test_int4_linear_matches_the_float_matmul_at_every_row_count(
+    rows: int | str, kernel: ModuleType | None
+) -> None:
+    few = few_rows(kernel)
+    rows = {"few": few, "few + 1": few + 1}.get(str(rows), rows)
+    assert isinstance(rows, int)
     w = q4_1_weight(96, 256, seed=rows)
-    layer = Int4Linear(w)
+    layer = Int4Linear(w, kernel)
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(1))
     out = layer(x)
     assert out.dtype == torch.float32 and out.shape == (rows, 96)
@@ -73,13 +94,13 @@ def test_int4_linear_matches_the_float_matmul_at_every_row_count(rows: int) -> N
 
 
 @pytest.mark.usefixtures("many_rows_in_bfloat16")
-def test_the_two_kernels_switch_at_few_rows() -> None:
+def test_the_two_kernels_switch_at_few_rows(kernel: ModuleType | None) -> None:
     """Few rows read the packed weights, more rows the bfloat16 copy: spoil the copy and
     only the many-rows answer changes."""
     w = q4_1_weight(32, 64)
-    layer = Int4Linear(w)
+    layer = Int4Linear(w, kernel)
     layer.dequantized.zero_()
-    few, many = torch.ones(FEW_ROWS, 64), torch.ones(FEW_ROWS + 1, 64)
+    few, many = torch.ones(few_rows(kernel), 64), torch.ones(few_rows(kernel) + 1, 64)
     assert layer(few).abs().sum() > 0
     assert layer(many).abs().sum() == 0
 
@@ -91,12 +112,48 @@ def test_int4_linear_keeps_leading_dims_and_a_bfloat16_model() -> None:
 
 
 @pytest.mark.usefixtures("many_rows_in_bfloat16")
-@pytest.mark.parametrize("rows", [1, FEW_ROWS + 3])
-def test_int8_linear_is_within_a_row_scale_of_the_float_matmul(rows: int) -> None:
+@pytest.mark.parametrize("rows", [1, 5, 70])
+def test_int8_linear_is_within_a_row_scale_of_the_float_matmul(
+    rows: int, kernel: ModuleType | None
+) -> None:
     g = torch.Generator().manual_seed(2)
     w, x = torch.randn(128, 64, generator=g) * 0.05, torch.randn(rows, 64, generator=g)
-    out = Int8Linear(w)(x)
+    out = Int8Linear(w, kernel)(x)
     torch.testing.assert_close(out, F.linear(x, w), rtol=0.02, atol=0.05)
+
+
+def test_the_own_kernels_are_exact_on_float_activations() -> None:
+    """No bfloat16 rounding of the activations: float32 summation order only."""
+    kernel = packed_matmul_ext()
+    assert kernel is not None
+    w = q4_1_weight(40, 128, seed=5)
+    x = torch.randn(11, 128, generator=torch.Generator().manual_seed(6))  # tiles of 8 and 3
+    int4 = Int4Linear(w, kernel)
+    torch.testing.assert_close(int4.packed_mm(x), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    int8 = Int8Linear(w, kernel)
+    exact = F.linear(x, int8.packed.float() * int8.scales.float().unsqueeze(1))
+    torch.testing.assert_close(int8.packed_mm(x), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_the_own_kernels_refuse_mismatched_weights() -> None:
+    kernel = packed_matmul_ext()
+    assert kernel is not None
+    layer = Int4Linear(q4_1_weight(8, 64), kernel)
+    x = torch.zeros(2, 64)
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        kernel.int4_mm(torch.zeros(2, 48), layer.packed, layer.scales)
+    with pytest.raises(RuntimeError, match="q: "):
+        kernel.int4_mm(x, layer.packed[:, :-1], layer.scales)
+    with pytest.raises(RuntimeError, match="dm: "):
+        kernel.int4_mm(x, layer.packed, layer.scales[:-1])
+    with pytest.raises(RuntimeError, match="dm: "):
+        kernel.int4_mm(x, layer.packed, layer.scales.bfloat16())
+    head = Int8Linear(torch.randn(8, 64), kernel)
+    with pytest.raises(RuntimeError, match="q: "):
+        kernel.int8_mm(x, head.packed[:, :32], head.scales)
+    with pytest.raises(RuntimeError, match="scales: "):
+        kernel.int8_mm(x, head.packed, head.scales.float())
+    assert Int8Linear(torch.randn(8, 48), kernel).kernel is None  # not whole groups: ATen's
 
 
 def test_in_features_must_be_whole_groups() -> None:
