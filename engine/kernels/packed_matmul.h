@@ -23,17 +23,6 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-template <int R, int A>
-void int8_outputs(const float* x, int64_t K, const int8_t* q, const at::BFloat16* scales,
-                  int64_t o0, int64_t o1, float* y, int64_t N) {
-  for (int64_t o = o0; o < o1; ++o) {
-    float acc[R] = {};
-    for (int64_t k = 0; k < K; ++k)
-      for (int r = 0; r < R; ++r) acc[r] += static_cast<float>(q[o * K + k]) * x[r * K + k];
-    for (int r = 0; r < R; ++r) y[r * N + o] = acc[r] * static_cast<float>(scales[o]);
-  }
-}
-
 #endif
 
 namespace vigil {
@@ -131,6 +120,17 @@ void int4_outputs(const float* x, int64_t K, const uint8_t* q, const float* dm, 
       }
     }
     for (int r = 0; r < R; ++r) y[r * N + o] = acc[r];
+  }
+}
+
+template <int R, int A>
+void int8_outputs(const float* x, int64_t K, const int8_t* q, const at::BFloat16* scales,
+                  int64_t o0, int64_t o1, float* y, int64_t N) {
+  for (int64_t o = o0; o < o1; ++o) {
+    float acc[R] = {};
+    for (int64_t k = 0; k < K; ++k)
+      for (int r = 0; r < R; ++r) acc[r] += static_cast<float>(q[o * K + k]) * x[r * K + k];
+    for (int r = 0; r < R; ++r) y[r * N + o] = acc[r] * static_cast<float>(scales[o]);
   }
 }
 
