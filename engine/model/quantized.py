@@ -260,7 +260,7 @@ def quantize_model(model: LlamaForCausalLM, fused: bool = True, own: bool | None
 def own_kernel() -> ModuleType | None:
     """packed_matmul.cpp on a CPU whose widest vectors are AVX2, where ATen's packed
     kernel unpacks every weight again for each row (the bundled model's linears at 8
-    rows: 119 ms against 67, AMD EPYC); None elsewhere: with AVX-512 ATen's is the
+    rows: 119 ms against 68, AMD EPYC); None elsewhere: with AVX-512 ATen's is the
     kernel measured (8.1 ms a whole step at one row)."""
     if torch.backends.cpu.get_cpu_capability() != "AVX2":
         return None
