@@ -191,6 +191,9 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor si
   return x;
 }
 
+// Without the GIL while it runs: the worker's event loop (a thread of the same
+// process) streams the last step's tokens meanwhile.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_layers", &decode_layers, "every decoder layer of an all-decode int4 step");
+  m.def("decode_layers", &decode_layers, "every decoder layer of an all-decode int4 step",
+        py::call_guard<py::gil_scoped_release>());
 }

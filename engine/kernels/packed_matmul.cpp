@@ -47,7 +47,11 @@ torch::Tensor int8_mm(torch::Tensor x, torch::Tensor q, torch::Tensor scales) {
   return y;
 }
 
+// Without the GIL while it runs: the worker's event loop (a thread of the same
+// process) streams the last step's tokens meanwhile.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("int4_mm", &int4_mm, "int4 weight-only matmul, float32 activations (AVX2)");
-  m.def("int8_mm", &int8_mm, "int8 weight-only matmul, float32 activations (AVX2)");
+  m.def("int4_mm", &int4_mm, "int4 weight-only matmul, float32 activations (AVX2)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("int8_mm", &int8_mm, "int8 weight-only matmul, float32 activations (AVX2)",
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -36,6 +36,9 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
   return out;
 }
 
+// Without the GIL while it runs: the worker's event loop (a thread of the same
+// process) streams the last step's tokens meanwhile.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode_attention", &paged_decode_attention, "decode attention over a paged KV cache");
+  m.def("paged_decode_attention", &paged_decode_attention, "decode attention over a paged KV cache",
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -3,6 +3,9 @@ bfloat16 rounding of the float matmul, and the choices refused where they cannot
 
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 from types import ModuleType
 
 import pytest
@@ -154,6 +157,39 @@ def test_the_own_kernels_refuse_mismatched_weights() -> None:
     with pytest.raises(RuntimeError, match="scales: "):
         kernel.int8_mm(x, head.packed, head.scales.float())
     assert Int8Linear(torch.randn(8, 48), kernel).kernel is None  # not whole groups: ATen's
+
+
+def test_the_own_kernels_let_other_python_threads_run_meanwhile() -> None:
+    """The worker's event loop streams the last step's tokens while the engine thread
+    computes the next: a kernel holding the GIL would stall it for the whole call."""
+    kernel = packed_matmul_ext()
+    assert kernel is not None
+    g = torch.Generator().manual_seed(7)
+    out_features, in_features = 32_768, 4_096  # 0.1-0.5 s for 8 rows
+    x = torch.randn(8, in_features, generator=g)
+    q = torch.randint(0, 256, (out_features, in_features // 2), dtype=torch.uint8, generator=g)
+    dm = torch.rand(out_features, in_features // GROUP_SIZE, 2, generator=g)
+    span: list[float] = []
+
+    def call() -> None:
+        span.append(time.perf_counter())
+        kernel.int4_mm(x, q, dm)
+        span.append(time.perf_counter())
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    ticks = [time.perf_counter()]  # when this thread ran (to a millisecond) meanwhile
+    while worker.is_alive():
+        if (now := time.perf_counter()) - ticks[-1] > 0.001:
+            ticks.append(now)
+    worker.join()
+    start, end = span
+    inside = [start, *(t for t in ticks if start < t < end), end]
+    longest_pause = max(b - a for a, b in itertools.pairwise(inside))
+    assert end - start > 0.05, "too little work to tell"
+    assert longest_pause < (end - start) / 2, (
+        f"stood still {longest_pause:.3f} s of {end - start:.3f}"
+    )
 
 
 def test_in_features_must_be_whole_groups() -> None:
