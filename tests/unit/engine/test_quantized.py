@@ -22,7 +22,10 @@ from vigil.engine.model.quantized import (
     Int4Linear,
     Int8Embedding,
     Int8Linear,
+    bfloat16_linear,
+    bfloat16_weight,
     check_quantization,
+    dense,
     dequantize_int4,
     few_rows,
     padded_rows,
@@ -102,10 +105,19 @@ def test_the_two_kernels_switch_at_few_rows(kernel: ModuleType | None) -> None:
     only the many-rows answer changes."""
     w = q4_1_weight(32, 64)
     layer = Int4Linear(w, kernel)
-    layer.dequantized.zero_()
+    layer.dequantized = bfloat16_weight(torch.zeros(32, 64))
     few, many = torch.ones(few_rows(kernel), 64), torch.ones(few_rows(kernel) + 1, 64)
     assert layer(few).abs().sum() > 0
     assert layer(many).abs().sum() == 0
+
+
+def test_bfloat16_weights_are_prepacked_where_native_and_compute_the_same() -> None:
+    g = torch.Generator().manual_seed(8)
+    w, x = torch.randn(96, 64, generator=g), torch.randn(16, 64, generator=g).bfloat16()
+    packed = bfloat16_weight(w)
+    assert packed.is_mkldnn == quantized.native_bfloat16()
+    assert torch.equal(dense(packed), w.bfloat16())
+    assert torch.equal(bfloat16_linear(x, packed), F.linear(x, w.bfloat16()))
 
 
 def test_int4_linear_keeps_leading_dims_and_a_bfloat16_model() -> None:
@@ -223,7 +235,9 @@ def test_int8_embedding_rows_are_the_heads_weights() -> None:
     w = torch.randn(50, 64, generator=torch.Generator().manual_seed(3))
     head = Int8Linear(w)
     rows = Int8Embedding(head, torch.float32)(torch.tensor([4, 0, 49]))
-    torch.testing.assert_close(rows, head.dequantized[[4, 0, 49]].float(), rtol=0.01, atol=1e-3)
+    torch.testing.assert_close(
+        rows, dense(head.dequantized)[[4, 0, 49]].float(), rtol=0.01, atol=1e-3
+    )
     torch.testing.assert_close(rows, w[[4, 0, 49]], rtol=0, atol=w.abs().max().item() / 127)
 
 
