@@ -16,11 +16,19 @@ prompt starts with the same tokens takes it instead of recomputing it.
 
     free queue (LRU first):  [ 7 | 2 | 9 | ... ]   <- freed blocks join at the end
                                ^ next to allocate; if 7 has a hash, that cache entry is evicted
+
+A prompt rarely ends on a block boundary where a cached one parts from it: a shared
+system prompt of 120 tokens fills 7 blocks of 16 and 8 tokens of the 8th, whose other 8
+differ per user. `partial_hit` finds, among the cached blocks that follow the same
+parent, the one whose leading tokens match the most of the next ones (up to
+PARTIAL_CANDIDATES of those starting with the same token, most recent first); the
+scheduler copies that many tokens' K/V into a new block instead of recomputing them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -28,6 +36,7 @@ from typing import NewType
 
 BlockId = NewType("BlockId", int)
 BlockHash = NewType("BlockHash", bytes)
+PARTIAL_CANDIDATES = 16  # blocks compared per partial lookup, so its cost has a bound
 
 
 def hash_block(parent: BlockHash | None, token_ids: Sequence[int], salt: str) -> BlockHash:
@@ -48,6 +57,10 @@ class BlockPool:
         )
         self._hash_of: dict[BlockId, BlockHash] = {}
         self._by_hash: dict[BlockHash, BlockId] = {}
+        # For partial hits: a cached block's parent and tokens, and the cached blocks by
+        # (parent, first token), oldest first.
+        self._tokens_of: dict[BlockId, tuple[BlockHash | None, tuple[int, ...]]] = {}
+        self._by_start: dict[tuple[BlockHash | None, int], dict[BlockId, None]] = {}
 
     @property
     def num_free(self) -> int:
@@ -101,14 +114,43 @@ class BlockPool:
                 del self._free[b]
             self._ref_counts[b] += 1
 
-    def register(self, block: BlockId, block_hash: BlockHash) -> None:
+    def register(
+        self,
+        block: BlockId,
+        block_hash: BlockHash,
+        parent: BlockHash | None = None,
+        token_ids: Sequence[int] = (),
+    ) -> None:
         """Name a block that was just filled. If another block already holds the same
-        content (two sequences computed it at once), the first stays the cached one."""
+        content (two sequences computed it at once), the first stays the cached one.
+        With its parent's hash and its tokens it can also serve partial hits."""
         assert self._ref_counts[block] > 0, f"block {block} registered while free"
         if block_hash in self._by_hash or block in self._hash_of:
             return
         self._by_hash[block_hash] = block
         self._hash_of[block] = block_hash
+        if token_ids:
+            self._tokens_of[block] = (parent, tuple(token_ids))
+            self._by_start.setdefault((parent, token_ids[0]), {})[block] = None
+
+    def partial_hit(
+        self, parent: BlockHash | None, token_ids: Sequence[int]
+    ) -> tuple[BlockId, int] | None:
+        """The cached block after `parent` whose leading tokens match the most of
+        `token_ids`, and how many match (no reference taken); None if none does."""
+        if not token_ids:
+            return None
+        candidates = self._by_start.get((parent, token_ids[0]), {})
+        best: tuple[BlockId, int] | None = None
+        for block in itertools.islice(reversed(candidates), PARTIAL_CANDIDATES):
+            cached = self._tokens_of[block][1]
+            n = next(
+                (i for i, (a, b) in enumerate(zip(cached, token_ids, strict=False)) if a != b),
+                min(len(cached), len(token_ids)),
+            )
+            if best is None or n > best[1]:
+                best = (block, n)
+        return best
 
     def ref_count(self, block: BlockId) -> int:
         return self._ref_counts[block]
@@ -117,6 +159,13 @@ class BlockPool:
         block_hash = self._hash_of.pop(block, None)
         if block_hash is not None:
             del self._by_hash[block_hash]
+        named = self._tokens_of.pop(block, None)
+        if named is not None:
+            parent, token_ids = named
+            start = (parent, token_ids[0])
+            del self._by_start[start][block]
+            if not self._by_start[start]:
+                del self._by_start[start]
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:

@@ -146,10 +146,13 @@ class LLMEngine:
             if item.seq.request.clock.scheduled_ts is None:
                 item.seq.request.clock.scheduled_ts = now
         try:
+            self.runner.copy_tokens(plan.copies)
             result = self.runner.execute(plan)
         except Exception as exc:  # a failed forward must not take the engine down
             log.exception("engine step failed")
             return expired + self._fail(plan, f"engine step failed: {exc}")
+        finally:
+            self.scheduler.release_copies(plan)
         self.scheduler.update(plan, result.sampled)
         t2 = time.perf_counter()
         events = expired + self._process_outputs(result)

@@ -18,7 +18,7 @@ from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model.attention import AttentionMetadata, DecodeKernel, PrefillSpan
 from vigil.engine.request import RequestId
 from vigil.engine.sampler import make_generator, sample
-from vigil.engine.scheduler import ScheduledSeq, StepPlan
+from vigil.engine.scheduler import BlockCopy, ScheduledSeq, StepPlan
 from vigil.engine.sequence import Sequence
 
 
@@ -61,6 +61,16 @@ class ModelRunner:
 
     def remove_request(self, request_id: RequestId) -> None:
         self._generators.pop(request_id, None)
+
+    @torch.inference_mode()
+    def copy_tokens(self, copies: Seq[BlockCopy]) -> None:
+        """Partial prefix hits: each copy's first tokens' K/V, every layer, src -> dst."""
+        bs = self.block_size
+        for c in copies:
+            src, dst = c.src * bs, c.dst * bs
+            self.kv_caches[:, :, dst : dst + c.num_tokens] = self.kv_caches[
+                :, :, src : src + c.num_tokens
+            ]
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepResult:

@@ -13,7 +13,9 @@ never starts.
 
 Prefix cache: on admission a sequence takes every cached block that matches the
 leading full blocks of its tokens and starts computing after them (always
-computing at least its last token, whose logits it needs).
+computing at least its last token, whose logits it needs). Where a cached block
+matches only the first tokens of its next block, the step copies those tokens' K/V
+into the sequence's own new block (BlockCopy) and computes only the rest.
 
 When a running sequence needs a block and none is free, the lowest-priority,
 most recently arrived running sequence is preempted: its blocks are freed (they
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from vigil.engine.kv_cache import BlockId, BlockPool, blocks_needed, hash_block
+from vigil.engine.kv_cache import BlockHash, BlockId, BlockPool, blocks_needed, hash_block
 from vigil.engine.request import Priority, RequestId
 from vigil.engine.sequence import SeqStatus, Sequence
 
@@ -53,9 +55,20 @@ class ScheduledSeq:
         return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
 
 
+@dataclass(frozen=True, slots=True)
+class BlockCopy:
+    """K/V of a cached block's first num_tokens tokens, to copy into dst before the step
+    runs. The scheduler holds a reference on src until the engine has copied it."""
+
+    src: BlockId
+    dst: BlockId
+    num_tokens: int
+
+
 @dataclass(slots=True)
 class StepPlan:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
+    copies: list[BlockCopy] = field(default_factory=list)  # partial prefix hits
     preempted: list[Sequence] = field(default_factory=list)
     expired: list[Sequence] = field(default_factory=list)  # deadline passed while waiting
 
@@ -78,6 +91,7 @@ class Scheduler:
         self.num_prefix_queried_tokens = 0
         self.num_prefix_hit_tokens = 0
         self._arrivals = 0
+        self._root = hash_block(None, (), config.cache_salt)
 
     def add(self, seq: Sequence) -> None:
         seq.arrival_index = self._arrivals
@@ -132,6 +146,11 @@ class Scheduler:
             if self.config.enable_prefix_caching:
                 self._register_filled_blocks(seq, item.num_new_tokens)
 
+    def release_copies(self, plan: StepPlan) -> None:
+        """The engine has copied plan.copies (or given the step up): drop the
+        references that kept their sources from being evicted until then."""
+        self.pool.free([copy.src for copy in plan.copies])
+
     # ---- admission ---------------------------------------------------------
 
     def _admission_order(self, now_ts: float) -> list[deque[Sequence]]:
@@ -150,11 +169,26 @@ class Scheduler:
                 # Share the hits before allocating, or allocate could evict them.
                 self.pool.share(hits)
                 num_computed = min(len(hits) * bs, seq.num_tokens - 1)
-                num_new = min(seq.num_tokens - num_computed, budget)
-                blocks = self.pool.allocate(blocks_needed(num_computed + num_new, bs) - len(hits))
+                blocks, copy = None, None
+                if num_computed == len(hits) * bs and (
+                    partial := self._partial_hit(seq, len(hits))
+                ):
+                    src, num_copied = partial
+                    self.pool.share([src])  # held until the engine has copied it
+                    blocks = self._allocate(seq, len(hits), num_computed + num_copied, budget)
+                    if blocks is None:  # no room to hold the source too: compute them
+                        self.pool.free([src])
+                    else:  # into the first new block, which holds position num_computed
+                        copy = BlockCopy(src, blocks[0], num_copied)
+                        num_computed += num_copied
+                if blocks is None:
+                    blocks = self._allocate(seq, len(hits), num_computed, budget)
                 if blocks is None:
                     self.pool.free(hits)
                     return  # the head waits for memory; nothing behind it jumps the queue
+                if copy is not None:
+                    plan.copies.append(copy)
+                num_new = min(seq.num_tokens - num_computed, budget)
                 queue.popleft()
                 if self.config.enable_prefix_caching:
                     self.num_prefix_queried_tokens += seq.num_tokens
@@ -174,6 +208,25 @@ class Scheduler:
             return []
         self._hash_known_blocks(seq)
         return self.pool.lookup(seq.block_hashes)
+
+    def _allocate(
+        self, seq: Sequence, num_hits: int, num_computed: int, budget: int
+    ) -> list[BlockId] | None:
+        """Blocks for seq's first step past num_computed tokens, after its num_hits."""
+        num_new = min(seq.num_tokens - num_computed, budget)
+        return self.pool.allocate(
+            blocks_needed(num_computed + num_new, self.config.block_size) - num_hits
+        )
+
+    def _partial_hit(self, seq: Sequence, num_hits: int) -> tuple[BlockId, int] | None:
+        """A cached block holding the first tokens of seq's block after its num_hits
+        full hits, and how many (never seq's last token, whose logits it needs)."""
+        if not self.config.enable_prefix_caching:
+            return None
+        start = num_hits * self.config.block_size
+        token_ids = seq.tokens(start, min(start + self.config.block_size, seq.num_tokens - 1))
+        found = self.pool.partial_hit(self._parent(seq, num_hits), token_ids)
+        return found if found is not None and found[1] > 0 else None
 
     def _expire(self, plan: StepPlan, now_ts: float) -> None:
         for queue in self.waiting.values():
@@ -232,7 +285,14 @@ class Scheduler:
         if last > first:
             self._hash_known_blocks(seq)
             for i in range(first, last):
-                self.pool.register(seq.block_ids[i], seq.block_hashes[i])
+                tokens = seq.tokens(i * bs, (i + 1) * bs)
+                parent = self._parent(seq, i)
+                self.pool.register(seq.block_ids[i], seq.block_hashes[i], parent, tokens)
+
+    def _parent(self, seq: Sequence, i: int) -> BlockHash:
+        """What block i of seq follows: block i - 1's hash, or for the first block a
+        name of this cache salt's root (a pool may serve several models)."""
+        return seq.block_hashes[i - 1] if i else self._root
 
 
 def _expired(seq: Sequence, now_ts: float) -> bool:

@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vigil.engine.kv_cache import BlockId, BlockPool, blocks_needed, hash_block
+from vigil.engine.kv_cache import (
+    PARTIAL_CANDIDATES,
+    BlockId,
+    BlockPool,
+    blocks_needed,
+    hash_block,
+)
 
 
 def test_allocates_lowest_free_ids_first_and_counts_them() -> None:
@@ -172,3 +178,28 @@ def test_pool_invariants_hold_under_any_sequence_of_operations(
     for blocks in held:
         pool.free(blocks)
     assert pool.num_free == pool.num_blocks
+
+
+def test_partial_hit_takes_the_longest_matching_start_after_the_same_parent() -> None:
+    pool = BlockPool(8)
+    a, b, c = pool.allocate(3)
+    pool.register(a, H[0], H[5], [1, 2, 3, 4])
+    pool.register(b, H[1], H[5], [1, 2, 9, 9])
+    pool.register(c, H[2], H[6], [1, 2, 3, 4])  # the same tokens after another parent
+    assert pool.partial_hit(H[5], [1, 2, 3, 7]) == (a, 3)
+    assert pool.partial_hit(H[5], [1, 2, 9]) == (b, 3)
+    assert pool.partial_hit(H[6], [1, 2, 9]) == (c, 2)
+    assert pool.partial_hit(H[5], [2, 2]) is None and pool.partial_hit(H[7], [1]) is None
+    assert pool.partial_hit(H[5], []) is None
+    pool.free([a])
+    pool.allocate(6)  # the five never used, then a: evicted, and gone from the index
+    assert pool.partial_hit(H[5], [1, 2, 3]) == (b, 2)
+
+
+def test_partial_hit_compares_a_bounded_number_of_the_most_recent_blocks() -> None:
+    pool = BlockPool(PARTIAL_CANDIDATES + 2)
+    best, *rest = pool.allocate(PARTIAL_CANDIDATES + 1)
+    pool.register(best, H[0], H[5], [1, 2, 3])  # the best match, but the oldest
+    for i, block in enumerate(rest):
+        pool.register(block, hash_block(None, [100 + i], "m"), H[5], [1, 2])
+    assert pool.partial_hit(H[5], [1, 2, 3]) == (rest[-1], 2)

@@ -213,6 +213,14 @@ def test_concurrent_greedy_outputs_equal_each_run_alone(
         return events
 
     engine.step = counting_step  # type: ignore[method-assign]
+    copied: list[int] = []  # tokens of each partial prefix hit
+    copy_tokens = engine.runner.copy_tokens
+
+    def counting_copies(copies):  # type: ignore[no-untyped-def]
+        copied.extend(c.num_tokens for c in copies)
+        copy_tokens(copies)
+
+    engine.runner.copy_tokens = counting_copies  # type: ignore[method-assign]
     batched = run(engine, requests(smollm2))
     assert engine.stats().num_preemptions == 0
     # Each prompt counted once, in the step that gave its first token (the prefill rate).
@@ -224,8 +232,10 @@ def test_concurrent_greedy_outputs_equal_each_run_alone(
     if prefix_cache:
         assert hits >= 3 * 16  # at least the passage's blocks, reused by the two followers
         assert max(seqs_per_step) >= 8
+        # The chat template's leading tokens end inside a block: copied, not recomputed.
+        assert len(copied) >= 4 and all(0 < n < 16 for n in copied)
     else:
-        assert hits == 0
+        assert hits == 0 and copied == []
         assert max(seqs_per_step) == len(PROMPTS)  # all sixteen really shared a batch
     assert_same_as_alone(batched, alone, assert_greedy_runs_agree)
 

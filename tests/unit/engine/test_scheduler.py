@@ -13,7 +13,7 @@ from vigil.engine.request import (
     RequestId,
     SamplingParams,
 )
-from vigil.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
+from vigil.engine.scheduler import BlockCopy, Scheduler, SchedulerConfig, StepPlan
 from vigil.engine.sequence import SeqStatus, Sequence
 
 INTERACTIVE, BATCH = Priority.INTERACTIVE, Priority.BATCH
@@ -38,6 +38,7 @@ def make_scheduler(
 def step(scheduler: Scheduler) -> StepPlan:
     """One engine step with a fake runner: every chunk that reaches the end samples."""
     plan = scheduler.schedule()
+    scheduler.release_copies(plan)  # as the engine does once it has copied them
     sampled = {s.seq.request_id: SAMPLED for s in plan.scheduled if s.samples}
     scheduler.update(plan, sampled)
     return plan
@@ -263,6 +264,13 @@ def _step_and_retire(sched: Scheduler, live: list[Sequence]) -> StepPlan:
     for item in plan.scheduled:
         end = item.seq.num_computed_tokens + item.num_new_tokens
         assert len(item.seq.block_ids) >= blocks_needed(end, sched.config.block_size)
+    bs = sched.config.block_size
+    for copy in plan.copies:  # into a scheduled sequence's block, from one the pool holds
+        (item,) = [s for s in plan.scheduled if copy.dst in s.seq.block_ids]
+        assert item.seq.block_ids.index(copy.dst) == item.seq.num_computed_tokens // bs
+        assert 0 < copy.num_tokens == item.seq.num_computed_tokens % bs
+        assert sched.pool.ref_count(copy.src) > 0 and copy.src not in item.seq.block_ids
+    sched.release_copies(plan)  # as the engine does once it has copied them
     sched.update(plan, {s.seq.request_id: SAMPLED for s in plan.scheduled if s.samples})
     for seq in scheduled:  # the engine's max_tokens rule
         if len(seq.output_ids) >= seq.request.params.max_tokens:
@@ -368,6 +376,37 @@ def test_shared_leading_blocks_are_reused_and_the_rest_computed() -> None:
     assert b.block_ids[:2] == a.block_ids[:2]
     assert [sched.pool.ref_count(blk) for blk in b.block_ids[:2]] == [2, 2]
     assert b.block_ids[2] not in a.block_ids
+
+
+def test_a_block_matching_only_in_its_first_tokens_is_copied_not_recomputed() -> None:
+    sched = caching_scheduler()
+    a = seq_with("a", list(range(8)))  # blocks [0 1 2 3] [4 5 6 7]
+    sched.add(a)
+    step(sched)
+    a_blocks = list(a.block_ids)
+    sched.finish(a)
+    b = seq_with("b", [0, 1, 2, 3, 4, 5, 90, 91, 92])
+    sched.add(b)
+    plan = sched.schedule()
+    # Block 0 is a hit; 4 and 5 are copied from a's second block; 90, 91, 92 computed.
+    assert shape(plan) == [("b", 3)] and b.num_computed_tokens == 6
+    assert plan.copies == [BlockCopy(a_blocks[1], b.block_ids[1], 2)]
+    assert sched.pool.ref_count(plan.copies[0].src) == 1  # held until copied
+    assert sched.num_prefix_hit_tokens == b.num_cached_prompt_tokens == 6
+    sched.release_copies(plan)
+    assert sched.pool.ref_count(plan.copies[0].src) == 0
+
+
+def test_a_partial_hit_never_takes_the_last_token() -> None:
+    sched = caching_scheduler()
+    a = seq_with("a", list(range(8)))
+    sched.add(a)
+    step(sched)
+    sched.finish(a)
+    b = seq_with("b", list(range(7)))  # all cached, but its last token's logits are needed
+    sched.add(b)
+    plan = step(sched)
+    assert shape(plan) == [("b", 1)] and [c.num_tokens for c in plan.copies] == [2]
 
 
 def test_a_different_salt_never_matches() -> None:
