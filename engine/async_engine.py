@@ -4,6 +4,12 @@ One dedicated thread runs the step loop (torch releases the GIL inside its
 kernels, so the event loop stays responsive). Commands go in through a
 thread-safe inbox; events come back to each request's asyncio.Queue through
 `call_soon_threadsafe`, once per step for the whole batch.
+
+The same thread hands the heap's freed pages back to the OS (trim_heap) when it goes
+idle after steps, at most every TRIM_IDLE_S, and every TRIM_BUSY_S of steps without a
+pause. Steps of ever new sizes free activations that glibc otherwise keeps resident:
+the bundled model's linears run once at each of their 38 padded row counts grew a
+process by 455 MB, 119 MB when trimmed after each.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from vigil.engine.device import trim_heap
 from vigil.engine.llm_engine import LLMEngine
 from vigil.engine.request import (
     EngineEvent,
@@ -28,6 +36,8 @@ from vigil.engine.stats import EngineStats, StepStats
 log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.5  # how long the idle loop blocks on its inbox before checking for stop
+TRIM_IDLE_S = 1.0
+TRIM_BUSY_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +54,17 @@ StepObserver = Callable[[StepStats], None]
 
 
 class AsyncLLMEngine:
-    def __init__(self, core: LLMEngine, on_step: StepObserver | None = None) -> None:
+    def __init__(
+        self,
+        core: LLMEngine,
+        on_step: StepObserver | None = None,
+        trim: Callable[[], None] = trim_heap,
+    ) -> None:
         """on_step runs in the engine thread after every step: keep it to a few
         microseconds (a histogram observation)."""
+        self._trim = trim
+        self._trimmed_ts = time.monotonic()
+        self._stepped_since_trim = False
         self.core = core
         self._on_step = on_step
         self._inbox: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
@@ -107,19 +125,30 @@ class AsyncLLMEngine:
 
     def _run(self) -> None:
         while True:
-            commands = self._take_commands(block=not self.core.has_work())
+            idle = not self.core.has_work()
+            self._maybe_trim(idle)
+            commands = self._take_commands(block=idle)
             if commands is None:
                 return
             events = [event for command in commands for event in self._apply(command)]
             events.extend(self.core.step())
             stats = self.core.stats()
-            if self._on_step is not None and stats.num_steps != self._stats.num_steps:
-                assert stats.last_step is not None
-                self._on_step(stats.last_step)
+            if stats.num_steps != self._stats.num_steps:
+                self._stepped_since_trim = True
+                if self._on_step is not None:
+                    assert stats.last_step is not None
+                    self._on_step(stats.last_step)
             self._stats = stats
             if events:
                 assert self._loop is not None
                 self._loop.call_soon_threadsafe(self._dispatch, events)
+
+    def _maybe_trim(self, idle: bool) -> None:
+        now = time.monotonic()
+        due = now - self._trimmed_ts >= (TRIM_IDLE_S if idle else TRIM_BUSY_S)
+        if self._stepped_since_trim and due:
+            self._trim()
+            self._trimmed_ts, self._stepped_since_trim = now, False
 
     def _take_commands(self, block: bool) -> list[_Add | _Abort] | None:
         """Everything in the inbox; waits a while first when idle. None means stop."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import os
 
@@ -50,5 +51,16 @@ def return_freed_memory() -> None:
     glibc otherwise keeps resident for reuse: 200 MB of the bundled chat model's load.
     Elsewhere (another libc) a no-op."""
     gc.collect()  # modules replaced while loading may sit in reference cycles
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """glibc's malloc_trim(0) alone: the heap's free pages back to the OS, without a
+    garbage collection first. Elsewhere (another libc) a no-op."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        _libc().malloc_trim(0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6")

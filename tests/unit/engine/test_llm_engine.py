@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from vigil.engine import async_engine
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.limits import RequestRejected
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
@@ -412,6 +413,34 @@ async def test_async_engine_streams_the_same_greedy_tokens_and_aborts_a_leaver(
     assert engine.stats().num_running == 0
     done = {rid: outcomes[rid] for rid in (*(r.request_id for r in batch), after.request_id)}
     assert_same_as_alone(done, {rid: alone[rid] for rid in done}, assert_greedy_runs_agree)
+
+
+@pytest.mark.parametrize("busy_s", [0.0, 3600.0], ids=["every-step", "idle-only"])
+async def test_the_engine_thread_trims_the_heap_after_steps_not_while_idle(
+    smollm2: LanguageModel, monkeypatch: pytest.MonkeyPatch, busy_s: float
+) -> None:
+    monkeypatch.setattr(async_engine, "TRIM_IDLE_S", 0.0)
+    monkeypatch.setattr(async_engine, "TRIM_BUSY_S", busy_s)
+    trims: list[int] = []  # the engine's step count at each trim
+    core = make_engine(smollm2)
+    engine = AsyncLLMEngine(core, trim=lambda: trims.append(core.stats().num_steps))
+    engine.start()
+    try:
+        await asyncio.sleep(0.6)  # the idle loop has woken: nothing stepped, nothing trimmed
+        assert trims == []
+        request = GenerationRequest(RequestId("t"), [1, 2, 3], greedy(8, ignore_eos=True))
+        async for _ in engine.generate(request):
+            pass
+        for _ in range(100):
+            if trims and trims[-1] == core.stats().num_steps:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.6)  # idle again: no steps since, so no trim either
+    finally:
+        engine.stop()
+    steps = core.stats().num_steps
+    # Busy: after every step (the limit is 0 s); else only once idle, after the last.
+    assert trims == (list(range(1, steps + 1)) if busy_s == 0 else [steps])
 
 
 def test_request_past_its_queue_deadline_times_out_and_never_starts(
