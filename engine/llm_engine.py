@@ -26,6 +26,7 @@ from vigil.engine.runner import ModelRunner, StepResult, kv_bytes_per_token
 from vigil.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
 from vigil.engine.sequence import Sequence
 from vigil.engine.stats import EngineStats, StepStats
+from vigil.engine.threads import StepThreads
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class EngineConfig:
     batch_aging_s: float = 10.0
     # Decode attention with the native CPU kernel when it builds (engine/kernels).
     native_attention: bool = True
+    # CPU threads by step size; None: whatever torch is set to.
+    threads: StepThreads | None = None
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -84,7 +87,9 @@ class LLMEngine:
             ),
             self.pool,
         )
-        self.runner = ModelRunner(lm, num_blocks, config.block_size, config.native_attention)
+        self.runner = ModelRunner(
+            lm, num_blocks, config.block_size, config.native_attention, config.threads
+        )
         self._seqs: dict[RequestId, Sequence] = {}
         self._outputs: dict[RequestId, _Output] = {}
         self._num_steps = 0

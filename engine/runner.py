@@ -20,6 +20,7 @@ from vigil.engine.request import RequestId
 from vigil.engine.sampler import make_generator, sample
 from vigil.engine.scheduler import BlockCopy, ScheduledSeq, StepPlan
 from vigil.engine.sequence import Sequence
+from vigil.engine.threads import StepThreads, use_threads
 
 
 @dataclass(slots=True)
@@ -38,12 +39,18 @@ def kv_bytes_per_token(lm: LanguageModel) -> int:
 
 class ModelRunner:
     def __init__(
-        self, lm: LanguageModel, num_blocks: int, block_size: int, native_attention: bool = True
+        self,
+        lm: LanguageModel,
+        num_blocks: int,
+        block_size: int,
+        native_attention: bool = True,
+        threads: StepThreads | None = None,
     ) -> None:
         cfg = lm.config
         self.lm = lm
         self.block_size = block_size
         self.device = lm.device
+        self.threads = threads if self.device.type == "cpu" else None
         self.kv_caches = torch.zeros(
             (cfg.num_layers, 2, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim),
             dtype=lm.dtype,
@@ -98,6 +105,8 @@ class ModelRunner:
                 context = self._slots_for(item.seq, num_cached + item.num_new_tokens)
             meta.prefills.append(PrefillSpan(row, item.num_new_tokens, num_cached, context))
             row += item.num_new_tokens
+        if self.threads is not None:
+            use_threads(self.threads.for_rows(len(ids)))
         t1 = time.perf_counter()
         hidden = self.lm.model(self._tensor(ids), self._tensor(positions), self.kv_caches, meta)
         # Only the last row of each sampling sequence needs logits.

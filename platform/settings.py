@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vigil.engine.bundled import MINILM, SMOLLM2
@@ -26,7 +26,7 @@ class EngineSettings:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     quantization: str = "none"  # none | int4 (weight-only, CPU)
-    torch_threads: int | None = None  # None: one less than the CPU count
+    torch_threads: int | None = None  # None: by step size (worker.runtime.step_threads)
     block_size: int = 16
     # The KV cache budget: bytes, or a fraction of the memory free once the model is
     # loaded. Neither set: 512 MiB on CPU, 0.8 of free memory on CUDA.
@@ -426,6 +426,15 @@ def gateway_urls(flag: object, env_value: str | None) -> tuple[str, ...]:
         if not url.startswith(("http://", "https://")):
             raise SettingsError(f"a gateway URL must start with http:// or https://, got {url!r}")
     return tuple(dict.fromkeys(urls))
+
+
+def local_worker_engine(settings: EngineSettings, workers: int, cpus: int) -> EngineSettings:
+    """The engine settings of one of `workers` worker processes on this machine: with
+    more than one and no --torch-threads, each gets an equal share of the cores for
+    every step, so that their prefills never run more threads than there are cores."""
+    if workers <= 1 or settings.torch_threads:
+        return settings
+    return replace(settings, torch_threads=max(1, cpus // workers))
 
 
 def engine_env(settings: EngineSettings) -> dict[str, str]:

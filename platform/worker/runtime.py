@@ -32,6 +32,7 @@ from vigil.engine.loaders.embedder import load_embedding_model
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
 from vigil.engine.loaders.progress import report_progress
 from vigil.engine.stats import BatchRecord, StepStats
+from vigil.engine.threads import StepThreads
 from vigil.platform.control.specs import VersionRef
 from vigil.platform.settings import EngineSettings
 from vigil.platform.worker.profile import StepProfile
@@ -82,9 +83,18 @@ def kv_cache_budget(settings: EngineSettings, device: torch.device) -> int:
     return int(free_memory_bytes(device) * fraction)
 
 
+def step_threads(settings: EngineSettings, cpus: int) -> StepThreads:
+    """--torch-threads N: N threads for every step. Unset: the cores but one for small
+    steps, leaving one to the gateway and the worker's event loop, and every core for
+    large ones (engine/threads.py says why and what it measured)."""
+    if settings.torch_threads:
+        return StepThreads(settings.torch_threads, settings.torch_threads)
+    return StepThreads(max(1, cpus - 1), cpus)
+
+
 def configure_torch(settings: EngineSettings) -> None:
-    threads = settings.torch_threads or max(1, (os.cpu_count() or 2) - 1)
-    torch.set_num_threads(threads)
+    """The process's default: what threads other than the engines' (the embedder) use."""
+    torch.set_num_threads(step_threads(settings, os.cpu_count() or 1).small)
 
 
 class RateMeter:
@@ -316,6 +326,7 @@ class WorkerRuntime:
                 max_model_len=s.max_model_len,
                 enable_prefix_caching=s.enable_prefix_caching,
                 batch_aging_s=s.batch_aging_s,
+                threads=step_threads(s, os.cpu_count() or 1),
             )
             built[slot.spec.key] = (
                 AsyncLLMEngine(LLMEngine(lm, config), on_step=self._step_hook(slot)),

@@ -145,3 +145,25 @@ def test_model_directories_from_repeated_flags_or_one_variable(tmp_path: Path) -
     assert flags.resolved_model_dirs == (Path("/srv/a"), Path("/srv/b"))
     env = serve_settings({}, {"VIGIL_MODEL_DIRS": "/srv/a:/srv/c"})
     assert env.resolved_model_dirs == (Path("/srv/a"), Path("/srv/c"))
+
+
+def test_unset_torch_threads_leave_a_core_for_small_steps_only() -> None:
+    from vigil.engine.threads import StepThreads
+    from vigil.platform.worker.runtime import step_threads
+
+    default = serve_settings({}, env={}).engine
+    assert step_threads(default, cpus=2) == StepThreads(small=1, large=2)
+    assert step_threads(default, cpus=1) == StepThreads(small=1, large=1)
+    fixed = serve_settings({"torch_threads": 3}, env={}).engine
+    assert step_threads(fixed, cpus=16) == StepThreads(small=3, large=3)
+
+
+def test_local_workers_share_the_cores_unless_threads_are_given() -> None:
+    from vigil.platform.settings import local_worker_engine
+
+    default = serve_settings({}, env={}).engine
+    assert local_worker_engine(default, workers=1, cpus=8) == default
+    assert local_worker_engine(default, workers=2, cpus=8).torch_threads == 4
+    assert local_worker_engine(default, workers=3, cpus=2).torch_threads == 1
+    fixed = serve_settings({"torch_threads": 6}, env={}).engine
+    assert local_worker_engine(fixed, workers=2, cpus=8) == fixed
