@@ -25,6 +25,9 @@ from types import ModuleType
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
+# -fopenmp: at::parallel_for is OpenMP pragmas in a header, which without it run on one
+# thread; the library then uses the OpenMP runtime torch loaded (libgomp.so.1).
+CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
 
 
 @functools.cache
@@ -52,7 +55,7 @@ def _native(stem: str) -> ModuleType | None:
         # build is named for it, and for its sources: checkouts of different sources
         # on one machine each keep their own build.
         sources = [source, *sorted(_HERE.glob("*.h"))]  # and the headers it may include
-        digest = hashlib.sha1(cpu_identity().encode())
+        digest = hashlib.sha1(f"{cpu_identity()} | {' '.join(CFLAGS)}".encode())
         for path in sources:
             digest.update(path.read_bytes())
         key = digest.hexdigest()[:8]
@@ -79,7 +82,8 @@ def cached_or_built(name: str, source: Path, cache: Path) -> ModuleType:
             name=name,
             sources=[str(source)],
             build_directory=build,
-            extra_cflags=["-O3", "-march=native", "-ffast-math"],
+            extra_cflags=CFLAGS,
+            extra_ldflags=["-fopenmp"],
             verbose=False,
         )
         os.replace(Path(build) / f"{name}.so", library)  # atomic: whole or absent

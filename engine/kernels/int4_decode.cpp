@@ -9,10 +9,10 @@
 //
 // with the norms, RoPE, the KV writes, the decode attention (decode_attention.h),
 // SiLU and the residual adds as plain loops over the rows, and each linear one call
-// of the int4 kernel its Int4Linear uses: ATen's packed one (_weight_int4pack_mm_for_cpu,
-// bfloat16 activations) or, on a CPU with AVX2 and no AVX-512, packed_matmul.h's (float32
-// activations); the same kernel and weights as the Python path, so the same numbers up
-// to float rounding. RoPE is the rotate-half form: x * cos + roll(x, D / 2) * sin_signed.
+// of the int4 kernel its Int4Linear uses (model/packed.py): ATen's packed one
+// (_weight_int4pack_mm_for_cpu, bfloat16 activations), packed_matmul.h's (AVX2, float32
+// activations) or vnni_matmul.h's (int8 activations); the same kernel and weights as
+// the Python path, so the same numbers up to float rounding. RoPE is the rotate-half form: x * cos + roll(x, D / 2) * sin_signed.
 //
 // x (n, C) float32 is updated in place and returned; the final norm and the head stay
 // in Python. cos, sin_signed: (n, D). kv: (layers, 2, S, KVH, D) float32, contiguous.
@@ -27,6 +27,7 @@
 
 #include "decode_attention.h"
 #include "packed_matmul.h"
+#include "vnni_matmul.h"
 
 namespace {
 
@@ -40,24 +41,42 @@ void rms_norm(const float* x, int64_t n, int64_t C, const float* w, float eps, f
   }
 }
 
+// The three layouts of packed.pack_int4, told apart by the scales' dtype.
+enum class Layout { kAten, kAvx2, kVnni };
+
 struct Linear {
   torch::Tensor packed, scales;
-  bool own;  // packed_matmul.h's layout (float32 scales), else ATen's (bfloat16 scales)
+  Layout layout;
   int64_t in_features, out_features;
 
   Linear(const torch::Tensor& packed_, const torch::Tensor& scales_, int64_t i)
-      : packed(packed_), scales(scales_), own(scales_.scalar_type() == torch::kFloat32) {
-    TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && scales.dim() == 3 && scales.size(2) == 2,
-                "linear ", i, ": a packed uint8 weight and its scales");
-    if (own) {  // q (N, K / 2), dm (N, K / 32, 2): read here as raw memory, so checked whole
+      : packed(packed_), scales(scales_) {
+    TORCH_CHECK(packed.scalar_type() == torch::kUInt8, "linear ", i, ": packed uint8 weights");
+    const auto dtype = scales.scalar_type();
+    if (dtype == torch::kFloat32) {  // q (N, K / 2), dm (N, K / 32, 2): read raw, so checked
+      layout = Layout::kAvx2;
+      TORCH_CHECK(scales.dim() == 3 && scales.size(2) == 2, "linear ", i, ": (N, K / 32, 2) scales");
       out_features = scales.size(0);
       in_features = scales.size(1) * vigil::kInt4Group;
       TORCH_CHECK(scales.is_contiguous() && packed.is_contiguous() && packed.dim() == 2 &&
                       packed.size(0) == out_features && packed.size(1) == in_features / 2,
                   "linear ", i, ": (N, K / 2) uint8 and (N, K / 32, 2) float32, contiguous");
+    } else if (dtype == torch::kFloat16) {  // vnni_matmul.h's: checked whole too
+      layout = Layout::kVnni;
+      TORCH_CHECK(vigil::kHasVnni, "linear ", i, ": VNNI weights, and no VNNI in this build");
+      TORCH_CHECK(scales.dim() == 4 && scales.size(2) == 2 && scales.size(3) == 16 &&
+                      scales.is_contiguous(),
+                  "linear ", i, ": (N / 16, K / 32, 2, 16) contiguous float16 scales");
+      out_features = scales.size(0) * 16;
+      in_features = scales.size(1) * vigil::kInt4Group;
+      TORCH_CHECK(packed.dim() == 4 && packed.size(0) == scales.size(0) &&
+                      packed.size(1) == scales.size(1) && packed.size(2) == 4 &&
+                      packed.size(3) == 64 && packed.is_contiguous(),
+                  "linear ", i, ": (N / 16, K / 32, 4, 64) contiguous uint8 weights");
     } else {  // ATen's packing, (K / 32, N, 2) bfloat16 scales: ATen checks the rest
-      TORCH_CHECK(scales.scalar_type() == torch::kBFloat16,
-                  "linear ", i, ": scales must be float32 or bfloat16");
+      layout = Layout::kAten;
+      TORCH_CHECK(dtype == torch::kBFloat16 && scales.dim() == 3 && scales.size(2) == 2,
+                  "linear ", i, ": scales must be float32, float16 or bfloat16");
       out_features = scales.size(1);
       in_features = scales.size(0) * vigil::kInt4Group;
     }
@@ -67,11 +86,18 @@ struct Linear {
   // `scratch`, an (n, K) bfloat16 tensor: converted here, so that it costs no more
   // PyTorch ops than the one matmul.
   void operator()(const float* in, int64_t n, torch::Tensor& scratch, float* out) const {
-    if (own) {
+    if (layout == Layout::kAvx2) {
       vigil::int4_matmul(in, n, in_features, packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
                          out_features, out);
       return;
     }
+#ifdef VIGIL_VNNI
+    if (layout == Layout::kVnni) {
+      vigil::vnni_int4_matmul(in, n, in_features, packed.data_ptr<uint8_t>(),
+                              scales.data_ptr<at::Half>(), out_features, out);
+      return;
+    }
+#endif
     at::BFloat16* rows = scratch.data_ptr<at::BFloat16>();
     for (int64_t i = 0; i < n * in_features; ++i) rows[i] = static_cast<at::BFloat16>(in[i]);
     const torch::Tensor y =

@@ -1,8 +1,9 @@
-// packed_matmul.h exposed to Python: Int4Linear's and Int8Linear's kernels on CPUs with
-// AVX2 and no AVX-512.
+// Int4Linear's and Int8Linear's own kernels exposed to Python: packed_matmul.h's on CPUs
+// with AVX2 and no AVX-512, vnni_matmul.h's on CPUs with AVX-512 VNNI.
 #include <torch/extension.h>
 
 #include "packed_matmul.h"
+#include "vnni_matmul.h"
 
 namespace {
 
@@ -47,6 +48,48 @@ torch::Tensor int8_mm(torch::Tensor x, torch::Tensor q, torch::Tensor scales) {
   return y;
 }
 
+// x (n, K) float32; q (N / 16, K / 32, 4, 64) uint8 and dm (N / 16, K / 32, 2, 16)
+// float16 (vnni_matmul.h's int4 layout) -> (n, N) float32.
+torch::Tensor vnni_int4_mm(torch::Tensor x, torch::Tensor q, torch::Tensor dm) {
+  check_rows(x);
+  const int64_t n = x.size(0), K = x.size(1), G = K / vigil::kInt4Group, N = q.size(0) * 16;
+  TORCH_CHECK(vigil::kHasVnni, "built without AVX-512 VNNI");
+  TORCH_CHECK(q.dim() == 4 && q.scalar_type() == torch::kUInt8 && q.size(1) == G &&
+                  q.size(2) == 4 && q.size(3) == 64 && q.is_contiguous(),
+              "q: (N / 16, K / 32, 4, 64) contiguous uint8");
+  TORCH_CHECK(dm.dim() == 4 && dm.scalar_type() == torch::kFloat16 && dm.size(0) == N / 16 &&
+                  dm.size(1) == G && dm.size(2) == 2 && dm.size(3) == 16 && dm.is_contiguous(),
+              "dm: (N / 16, K / 32, 2, 16) contiguous float16");
+  x = x.contiguous();
+  torch::Tensor y = torch::empty({n, N}, x.options());
+#ifdef VIGIL_VNNI
+  vigil::vnni_int4_matmul(x.data_ptr<float>(), n, K, q.data_ptr<uint8_t>(),
+                          dm.data_ptr<at::Half>(), N, y.data_ptr<float>());
+#endif
+  return y;
+}
+
+// x (n, K) float32; u (N / 16, K / 32, 8, 64) uint8 and d (N / 16, K / 32, 16) float16
+// (vnni_matmul.h's int8 layout) -> (n, N) float32.
+torch::Tensor vnni_int8_mm(torch::Tensor x, torch::Tensor u, torch::Tensor d) {
+  check_rows(x);
+  const int64_t n = x.size(0), K = x.size(1), G = K / vigil::kInt4Group, N = u.size(0) * 16;
+  TORCH_CHECK(vigil::kHasVnni, "built without AVX-512 VNNI");
+  TORCH_CHECK(u.dim() == 4 && u.scalar_type() == torch::kUInt8 && u.size(1) == G &&
+                  u.size(2) == 8 && u.size(3) == 64 && u.is_contiguous(),
+              "u: (N / 16, K / 32, 8, 64) contiguous uint8");
+  TORCH_CHECK(d.dim() == 3 && d.scalar_type() == torch::kFloat16 && d.size(0) == N / 16 &&
+                  d.size(1) == G && d.size(2) == 16 && d.is_contiguous(),
+              "d: (N / 16, K / 32, 16) contiguous float16");
+  x = x.contiguous();
+  torch::Tensor y = torch::empty({n, N}, x.options());
+#ifdef VIGIL_VNNI
+  vigil::vnni_int8_matmul(x.data_ptr<float>(), n, K, u.data_ptr<uint8_t>(),
+                          d.data_ptr<at::Half>(), N, y.data_ptr<float>());
+#endif
+  return y;
+}
+
 // Without the GIL while it runs: the worker's event loop (a thread of the same
 // process) streams the last step's tokens meanwhile.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -54,4 +97,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("int8_mm", &int8_mm, "int8 weight-only matmul, float32 activations (AVX2)",
         py::call_guard<py::gil_scoped_release>());
+  m.def("vnni_int4_mm", &vnni_int4_mm, "int4 weights, int8 activations (AVX-512 VNNI)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("vnni_int8_mm", &vnni_int8_mm, "int8 weights, int8 activations (AVX-512 VNNI)",
+        py::call_guard<py::gil_scoped_release>());
+  m.attr("has_vnni") = vigil::kHasVnni;
 }

@@ -13,7 +13,8 @@ from vigil.engine.loaders import hf
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.model.config import LlamaConfig
 from vigil.engine.model.llama import LlamaForCausalLM, RotaryEmbedding, fuse_projections
-from vigil.engine.model.quantized import check_quantization, native_bfloat16, quantize_model
+from vigil.engine.model.packed import native_bfloat16
+from vigil.engine.model.quantized import check_quantization, quantize_model
 from vigil.engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)

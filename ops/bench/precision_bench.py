@@ -28,7 +28,7 @@ import torch
 from vigil.engine.bundled import SMOLLM2, bundled_source
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
-from vigil.engine.model.quantized import native_bfloat16
+from vigil.engine.model.packed import native_bfloat16
 from vigil.engine.request import GenerationRequest, RequestId, SamplingParams
 
 PROMPT_TOKENS = 16

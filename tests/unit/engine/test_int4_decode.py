@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vigil.engine.kernels import int4_decode_ext, paged_attention_ext
+from vigil.engine.kernels import int4_decode_ext, packed_matmul_ext, paged_attention_ext
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
 from vigil.engine.model.config import LlamaConfig
 from vigil.engine.model.llama import LlamaForCausalLM
-from vigil.engine.model.quantized import FusedDecodeLayers, few_rows, quantize_model
+from vigil.engine.model.packed import Kernel, few_rows
+from vigil.engine.model.quantized import FusedDecodeLayers, quantize_model
 
 BLOCK = 4
 CFG = LlamaConfig(
@@ -29,16 +30,22 @@ CFG = LlamaConfig(
 )
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["aten", "packed_matmul"])
+def kernels_here() -> list[Kernel]:
+    """ATen's and packed_matmul.h's run on any x86 CPU here; VNNI's where it has VNNI."""
+    ext = packed_matmul_ext()
+    return [Kernel.ATEN, Kernel.AVX2] + ([Kernel.VNNI] if ext is not None and ext.has_vnni else [])
+
+
+@pytest.fixture(scope="module", params=kernels_here(), ids=str)
 def model(request: pytest.FixtureRequest) -> LlamaForCausalLM:
-    """The model quantized for either int4 kernel, whichever this CPU would choose."""
+    """The model quantized for each int4 kernel, whichever this CPU would choose."""
     torch.manual_seed(0)
     m = LlamaForCausalLM(CFG)
     with torch.no_grad():
         for p in m.parameters():
             if p.dim() == 1:  # norms: not all ones, so a norm applied twice shows
                 p.uniform_(0.5, 1.5)
-    quantize_model(m, own=request.param)
+    quantize_model(m, kernel=request.param)
     assert isinstance(m.decode_layers, FusedDecodeLayers)
     return m.eval()
 
@@ -116,7 +123,8 @@ def test_fused_steps_equal_the_layers_forward(model: LlamaForCausalLM, lens: lis
         fused = decode(model, batch, fused_kv, fused=True)
         layers = decode(model, batch, layers_kv, fused=False)
         # Both run the same int4 kernel on the same activations; what may differ is
-        # float summation order in a norm, flipping a bfloat16 rounding (ATen's kernel).
+        # float summation order in a norm, flipping a bfloat16 rounding (ATen's kernel)
+        # or an int8 one (VNNI's).
         assert (fused - layers).norm() <= 1e-3 * layers.norm()
         assert (fused_kv - layers_kv).abs().max() <= 1e-2 * layers_kv.abs().max()
         batch.kv = layers_kv
@@ -126,10 +134,11 @@ def test_fused_steps_equal_the_layers_forward(model: LlamaForCausalLM, lens: lis
 def test_steps_it_is_not_for_take_the_layers(model: LlamaForCausalLM) -> None:
     layers = model.decode_layers
     assert layers is not None
-    limit = few_rows(layers.kernel)
-    x = torch.zeros(limit + 1, CFG.hidden_size)
-    many = Batch([4] * (limit + 1))
-    assert not layers.takes(x, many.kv, many.decode_meta())  # too many rows
+    (kernel,) = layers.kernels_used
+    limit = few_rows(kernel)
+    x = torch.zeros((limit or 8) + 1, CFG.hidden_size)
+    many = Batch([4] * x.shape[0])
+    assert layers.takes(x, many.kv, many.decode_meta()) == (limit is None)  # too many rows?
     one = Batch([4])
     mixed = one.decode_meta()
     mixed.prefills = [PrefillSpan(1, 3, 0, None)]
@@ -176,10 +185,15 @@ def test_bad_arguments_are_refused_before_any_read(model: LlamaForCausalLM) -> N
     swapped[0:2], swapped[2:4] = swapped[2:4], swapped[0:2]  # o where qkv belongs
     with pytest.raises(RuntimeError, match="does not match the model"):
         call(linears=swapped)
-    half_scales = list(layers.linears)
-    half_scales[1] = half_scales[1].half()
-    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
-        call(linears=half_scales)
+    wide_scales = list(layers.linears)
+    wide_scales[1] = wide_scales[1].double()
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
+        call(linears=wide_scales)
+    if layers.linears[1].dtype == torch.float16:  # VNNI's weights: read as raw memory too
+        short = list(layers.linears)
+        short[0] = short[0][:, :, :3]
+        with pytest.raises(RuntimeError, match=r"\(N / 16, K / 32, 4, 64\) contiguous uint8"):
+            call(linears=short)
     if layers.linears[1].dtype == torch.float32:  # packed_matmul's weights: read as raw memory
         short = list(layers.linears)
         short[0] = short[0][:-1]

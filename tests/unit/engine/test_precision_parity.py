@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from vigil.engine.kv_cache import BlockPool
 from vigil.engine.loaders.llm import LanguageModel
-from vigil.engine.model import quantized
+from vigil.engine.model import packed
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
 from vigil.engine.request import GenerationRequest, RequestId, SamplingParams
 from vigil.engine.runner import ModelRunner
@@ -67,15 +67,19 @@ NEAR_TIE = 1.0
 MIN_FULL_AGREEMENT = 5 / 8
 MIN_TOKENS_BEFORE_DIVERGENCE = 0.7
 
-# int4 on the bundled GGUF: its linears ship as Q4_1, which int4 groups hold exactly, so
-# what moves is bfloat16 rounding (of activations, scales and zeros) and the int8 rows of
-# the tied head and embeddings (their Q8_0 re-quantized per row). Measured: int4 /
-# float32 perplexity 1.0022 (34.82 vs 34.74), logits within 0.82 over the text; greedy,
-# packed kernels 6 of 8 prompts identical and 83% of tokens before the first parting on
-# an Intel Xeon, 7 of 8 and 90% on an AMD EPYC (fused, 4 or 8 together); bfloat16
-# matmuls 7 of 8 and 93% / 89%. The bfloat16 bounds hold.
-INT4_PPL_RTOL = BF16_PPL_RTOL
+# int4 on the bundled GGUF: its linears ship as Q4_1 and its tied head and embeddings as
+# Q8_0, which int4 groups and (VNNI's) int8 groups hold exactly, so what moves is the
+# rounding of the activations: to int8 per group of 32 with the VNNI kernel (as
+# llama.cpp's own Q4_1 dot products do), to bfloat16 with ATen's (whose int8 head also
+# rounds the Q8_0 table to one scale per row). Measured on an AMD EPYC (VNNI):
+# int4 / float32 perplexity 1.0080, logits within 1.16 over the text; greedy 5 of 8
+# prompts identical, 86% of tokens before the first parting (at tokens 5, 10 and 15 of
+# 16, each at a near-tie), 4 or 8 together. With float32 activations the same weights
+# give 1.0000 and 8 of 8: the int8 rounding is all of it. An Intel Xeon on ATen's
+# kernels: 1.0022, 6 of 8 and 83%; bfloat16 matmuls 7 of 8 and 93%.
+INT4_PPL_RTOL = 0.02
 INT4_LOGITS_ATOL = BF16_LOGITS_ATOL
+INT4_MIN_FULL_AGREEMENT = 4 / 8
 
 
 def parity_text() -> str:
@@ -188,6 +192,7 @@ def test_int4_perplexity_within_margin_of_float32(
     f32, int4 = perplexity(float32_logits, text_ids), perplexity(int4_logits, text_ids)
     assert int4 / f32 == pytest.approx(1.0, abs=INT4_PPL_RTOL), f"{int4:.3f} vs {f32:.3f}"
     drift = (int4_logits - float32_logits).abs().max().item()
+    print(f"int4 / float32 perplexity {int4 / f32:.4f}, logits within {drift:.3g}")
     assert 0 < drift <= INT4_LOGITS_ATOL  # the int4 linears really ran, and within the bound
 
 
@@ -237,8 +242,10 @@ def test_int4_greedy_agrees_with_float32(  # type: ignore[no-untyped-def]
     # Decode steps of `together` rows: up to few_rows the fused step and packed kernels,
     # beyond it matmuls on the dequantized weights (bfloat16 or float32, as the CPU
     # chooses; the switch lowered to reach that path with the 8 prompts there are).
-    monkeypatch.setattr(quantized, "FEW_ROWS", few_rows)
-    monkeypatch.setattr(quantized, "OWN_FEW_ROWS", few_rows)
+    if few_rows < together and packed.few_rows(packed.choose_kernel()) is None:
+        pytest.skip("this CPU's kernel takes every row: there is no bfloat16 copy")
+    for name in ("FEW_ROWS", "AVX2_FEW_ROWS", "VNNI_FEW_ROWS"):
+        monkeypatch.setattr(packed, name, few_rows)
     prompts = [smollm2.tokenizer.encode(p) for p in PROMPTS]
     agreed = []
     for start in range(0, len(prompts), together):
@@ -252,5 +259,5 @@ def test_int4_greedy_agrees_with_float32(  # type: ignore[no-untyped-def]
     full = sum(n == NUM_GREEDY for n in agreed) / len(agreed)
     before = sum(agreed) / (NUM_GREEDY * len(agreed))
     print(f"int4, {together} together, few rows {few_rows}: tokens before parting {agreed}")
-    assert full >= MIN_FULL_AGREEMENT, f"tokens before divergence per prompt: {agreed}"
+    assert full >= INT4_MIN_FULL_AGREEMENT, f"tokens before divergence per prompt: {agreed}"
     assert before >= MIN_TOKENS_BEFORE_DIVERGENCE, f"per prompt: {agreed}"
