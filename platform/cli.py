@@ -34,8 +34,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--quantization",
         help="none (default) or int4: weight-only int4 linears (int8 output head), CPU "
-        "only; a decode step at batch 1 in 0.2x float32's time on AVX-512 CPUs, 0.4x on "
-        "AVX2 ones; parity bound in the README  [VIGIL_QUANTIZATION]",
+        "only; a decode step at batch 1 in 0.1x float32's time on CPUs with AVX-512 VNNI, "
+        "0.4x on AVX2 ones; parity bound in the README  [VIGIL_QUANTIZATION]",
     )
     g.add_argument(
         "--torch-threads",

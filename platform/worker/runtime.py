@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 # 512 MiB: 11,650 tokens of the bundled chat model in float32 (46 KB a token), 16
 # sequences of 700 or one of its whole 8,192-token context. Measured after a benchmark
-# run: the worker holds 1.43 GB resident with --quantization int4, 1.61 GB in float32.
+# run (peer_bench): the worker holds 1.07 GB resident with --quantization int4 on a CPU
+# with AVX-512 VNNI, 1.57 GB in float32.
 DEFAULT_CPU_KV_BYTES = 512 << 20
 DEFAULT_CUDA_KV_FRACTION = 0.8
 EWMA_ALPHA = 0.2
