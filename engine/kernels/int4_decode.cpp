@@ -12,7 +12,8 @@
 // of the int4 kernel its Int4Linear uses (model/packed.py): ATen's packed one
 // (_weight_int4pack_mm_for_cpu, bfloat16 activations), packed_matmul.h's (AVX2, float32
 // activations) or vnni_matmul.h's (int8 activations); the same kernel and weights as
-// the Python path, so the same numbers up to float rounding. RoPE is the rotate-half form: x * cos + roll(x, D / 2) * sin_signed.
+// the Python path, so the same numbers up to float rounding. RoPE is the rotate-half
+// form: x * cos + roll(x, D / 2) * sin_signed.
 //
 // x (n, C) float32 is updated in place and returned; the final norm and the head stay
 // in Python. cos, sin_signed: (n, D). kv: (layers, 2, S, KVH, D) float32, contiguous.
