@@ -44,7 +44,8 @@ def int4_decode_ext() -> ModuleType | None:
 
 @functools.cache
 def packed_matmul_ext() -> ModuleType | None:
-    """int4 and int8 weight-only matmuls for CPUs with AVX2 and no AVX-512."""
+    """int4 and int8 weight-only matmuls: packed_matmul.h's for CPUs with AVX2 and no
+    AVX-512, vnni_matmul.h's for CPUs with AVX-512 VNNI (has_vnni)."""
     return _native("packed_matmul")
 
 

@@ -45,6 +45,7 @@ from vigil.engine.model.packed import (
     bfloat16_weight,
     choose_kernel,
     extension,
+    few_rows,
     fits,
     int4_mm,
     int8_group,
@@ -80,7 +81,7 @@ class PackedLinear(nn.Module):
         weights in float) where the kernel leaves rows to it."""
         self.register_buffer("packed", packed)
         self.register_buffer("scales", scales)
-        takes_all = takes_rows(self.kernel, 1 << 62)
+        takes_all = few_rows(self.kernel) is None
         self.register_buffer("dequantized", None if takes_all else bfloat16_weight(weight))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,7 @@ def model(request: pytest.FixtureRequest) -> LlamaForCausalLM:
                 p.uniform_(0.5, 1.5)
     quantize_model(m, kernel=request.param)
     assert isinstance(m.decode_layers, FusedDecodeLayers)
+    assert m.decode_layers.kernels_used == {request.param}  # the shapes fit it: no fallback
     return m.eval()
 
 
