@@ -25,7 +25,7 @@ from vigil.engine.request import (
 from vigil.engine.runner import ModelRunner, StepResult, kv_bytes_per_token
 from vigil.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
 from vigil.engine.sequence import Sequence
-from vigil.engine.stats import EngineStats, StepStats
+from vigil.engine.stats import EngineStats, StepStats, prefill_pairs_of
 from vigil.engine.threads import StepThreads
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,15 @@ class LLMEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    def reset(self) -> None:
+        """Back to the state of a new engine: an empty KV cache (no cached prefixes),
+        counters at zero. Only with nothing running or waiting (after a calibration)."""
+        assert not self._seqs, f"reset with {len(self._seqs)} requests in the engine"
+        self.pool = BlockPool(self.pool.num_blocks)
+        self.scheduler = Scheduler(self.scheduler.config, self.pool)
+        self._num_steps = 0
+        self._last_step = None
+
     def step(self) -> list[tuple[RequestId, EngineEvent]]:
         t0 = time.perf_counter()
         now = time.monotonic()
@@ -146,6 +155,11 @@ class LLMEngine:
             item.seq.num_prompt_tokens
             for item in plan.scheduled
             if item.samples and not item.seq.output_ids
+        )
+        prefill_pairs = sum(
+            prefill_pairs_of(item.seq.num_computed_tokens, item.num_new_tokens)
+            for item in plan.scheduled
+            if item.num_new_tokens > 1
         )
         for item in plan.scheduled:
             if item.seq.request.clock.scheduled_ts is None:
@@ -173,6 +187,7 @@ class LLMEngine:
             sample_s=result.sample_s,
             output_s=t3 - t2,
             num_prompt_tokens_done=prompt_tokens_done,
+            num_prefill_pairs=prefill_pairs,
         )
         return events
 

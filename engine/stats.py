@@ -18,10 +18,21 @@ class StepStats:
     # Prompt tokens of the sequences that got their first token this step, prefix-cache
     # hits included: what a prompt costs in time to first token, as the gateway counts it.
     num_prompt_tokens_done: int = 0
+    # Attention work of the prompt chunks (items feeding more than one token): for each,
+    # its new tokens times the context each attends to on average, so that a model of
+    # step time can tell a long prompt's quadratic cost from its tokens' linear one.
+    num_prefill_pairs: int = 0
 
     @property
     def total_s(self) -> float:
         return self.schedule_s + self.prepare_s + self.forward_s + self.sample_s + self.output_s
+
+
+def prefill_pairs_of(num_computed: int, num_new: int) -> int:
+    """Query-key pairs of a chunk of num_new tokens after num_computed: each new token
+    attends to the context before it and to itself (causal), num_new * num_computed
+    plus num_new * (num_new + 1) / 2."""
+    return num_new * num_computed + num_new * (num_new + 1) // 2
 
 
 @dataclass(frozen=True, slots=True)

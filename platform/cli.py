@@ -350,11 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = sub.add_parser(
         "plan",
-        help="workers needed for a load, from a running gateway's measured rates",
+        help="workers needed for a load, from a running gateway's measured step costs",
         description="Asks a running gateway (POST /api/admin/plan, as a Vigil user of any "
         "role) how many workers the deployment needs for the load, with the predicted TTFT "
         "p99 and tokens/s per stream and the resource that binds. Lengths: 200 (fixed), "
-        "40,200,1000 (a list drawn from), or mean=200,p99=800 (log-normal).",
+        "40,200,1000 (a list drawn from), or mean=200,p99=800 (log-normal). Exits 1 when "
+        "no number of workers meets the target, 2 when no plan could be made.",
     )
     plan.add_argument("--deployment", required=True, help="the deployment (`model`) to plan")
     plan.add_argument("--rps", type=float, required=True, help="requests per second")
@@ -509,11 +510,12 @@ def _plan(args: argparse.Namespace) -> int:
             "seed": args.seed,
         }
         password = _read_password(args.password_stdin, confirm=False)
-        print(run(args.gateway, args.user, password, body, args.json))
+        text, met = run(args.gateway, args.user, password, body, args.json)
     except PlanCommandError as exc:
         print(f"vigil: {exc}", file=sys.stderr)
         return 2
-    return 0
+    print(text)
+    return 0 if met else 1
 
 
 def _read_password(from_stdin: bool, confirm: bool = True) -> str:

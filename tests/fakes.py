@@ -47,12 +47,14 @@ from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.app import create_app
 from vigil.platform.control.migrate import migrate
 from vigil.platform.errors import InvalidRequest
+from vigil.platform.forecast.costs import StepCosts
 from vigil.platform.gateway.link import WorkerUnreachable
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
 from vigil.platform.services import Services, build_services
 from vigil.platform.settings import ServeSettings
 from vigil.platform.worker.protocol import (
+    CostsWire,
     EmbedResult,
     Heartbeat,
     RegisterRequest,
@@ -202,8 +204,7 @@ class FakeWorker:
     id: str
     engines: dict[str, Engine | FakeEmbedder]
     limits: SlotLimits
-    prefill_tokens_per_s: float | None = None
-    decode_step_s: float | None = None
+    costs: StepCosts | None = None  # what the engines' steps cost, as reported
     alive: bool = True  # a dead one neither heart-beats nor answers
     failed: dict[str, str] = field(default_factory=dict)  # engine key -> its load error
 
@@ -215,16 +216,8 @@ class FakeWorker:
                 continue
             stats = stats_wire(engine.stats()) if not isinstance(engine, FakeEmbedder) else None
             limits = None if isinstance(engine, FakeEmbedder) else self.limits
-            report = SlotReport(
-                key,
-                "ready",
-                1.0,
-                None,
-                limits,
-                stats,
-                self.prefill_tokens_per_s,
-                self.decode_step_s,
-            )
+            costs = None if self.costs is None or limits is None else CostsWire.of(self.costs)
+            report = SlotReport(key, "ready", 1.0, None, limits, stats, costs)
             slots.append(report)
         return Heartbeat(slots)
 
@@ -243,10 +236,12 @@ class FakeWorkers:
         worker_id: str,
         engines: dict[str, Engine | FakeEmbedder],
         limits: SlotLimits | None = None,
-        **rates: float,
+        costs: StepCosts | None = None,
     ) -> FakeWorker:
-        limits = limits or SlotLimits(max_model_len=4096, kv_capacity_tokens=4096, max_num_seqs=8)
-        worker = self.workers[worker_id] = FakeWorker(worker_id, engines, limits, **rates)
+        limits = limits or SlotLimits(
+            max_model_len=4096, kv_capacity_tokens=4096, max_num_seqs=8, max_num_batched_tokens=512
+        )
+        worker = self.workers[worker_id] = FakeWorker(worker_id, engines, limits, costs)
         if self.registry is not None:
             self._register(worker)
         return worker

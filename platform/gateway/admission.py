@@ -2,25 +2,27 @@
 
 `decide` is a pure function of plain data: the service holds the clocks and counters.
 
-The load model is first order and says so. A new request's time to first token is
-predicted as two waits added:
-- for a batch slot: when the running sequences and those queued ahead already fill
-  max_num_seqs, it waits for the surplus to finish, at the measured rate at which
-  queued requests start (in a saturated engine, one starts when one finishes);
-- for prefill: the prompt tokens prefilled before its last one (queued work of its
-  class and of every class served before it, plus its own prompt), divided by the
-  measured prefill rate.
-Shedding at once, in milliseconds, beats letting a request time out in the queue:
-the client can retry elsewhere or later.
+A new request's time to first token is forecast on the replica it would go to
+(forecast/first_token.py): that engine's schedule stepped forward with its measured step
+costs, through the prompts queued ahead of it and the running sequences whose ends free
+a batch slot, to its own first token. The costs are the engine's own (worker/profile.py:
+calibrated at load, so a first burst is forecast too; then fitted on live steps that
+fade within minutes, so an overload an hour ago does not shape a decision now).
 
-The model is optimistic under sustained overload (decode steps share the engine with
-prefill; requests finish later than the start rate says), so each prediction is scaled
-by `ttft_correction`: how much later than predicted the latest admitted requests of the
-same engine got their first token, at worst (see lease.py), never below 1.
-
-Order of protection: batch traffic is shed first, once the backlog would delay a new
-interactive request by `batch_shed_fraction` of its TTFT target; interactive traffic
-only when its own target would be missed.
+- An idle engine (nothing running, nothing queued there) is never shed on a forecast:
+  the first token is one prefill away, whatever the forecast says.
+- Interactive traffic is shed when its forecast passes TTFT_HEADROOM of the target: the
+  target is a p99 and the forecast a typical value, so the headroom is what keeps the
+  admitted requests' p99 within it (the forecast's accuracy is on /metrics,
+  vigil_admission_ttft_forecast_ratio, and in ops/bench/overload_bench.py).
+- Batch traffic is shed first, once a batch request would wait past
+  `batch_shed_fraction` of the target, so the rest of the headroom stays with
+  interactive traffic.
+- A request that would make the streams slower than min_tokens_per_s (a decode step of
+  the batch it would join, at the measured cost) is shed.
+Shedding at once, in milliseconds, beats letting a request time out in the queue: the
+client can retry elsewhere or later, after Retry-After: the seconds the forecast is over
+the target by.
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ from enum import StrEnum
 from vigil.engine.request import Priority
 from vigil.platform.control.specs import DeploymentSpec, FallbackTrigger
 from vigil.platform.errors import RateLimited
+from vigil.platform.forecast.costs import StepCosts
+from vigil.platform.forecast.first_token import EngineLoad, first_token_s
 from vigil.platform.slo.actions import NO_ACTIONS, SLOActions
 
 RETRY_AFTER_DEFAULT_S = 5
 RETRY_AFTER_MAX_S = 60
+# Admit while the forecast is within this share of the TTFT target (see above).
+TTFT_HEADROOM = 0.8
+# A forecast stops this many targets out: past that, a decision needs no more precision.
+HORIZON_TARGETS = 4.0
 
 
 class Verdict(StrEnum):
@@ -56,23 +64,19 @@ class Reason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LoadSnapshot:
-    queued: dict[Priority, int]  # admitted, not started yet
-    queued_prompt_tokens: dict[Priority, int]
+    queued: dict[Priority, int]  # admitted, no first token yet, on any replica
     oldest_queued_s: dict[Priority, float]  # how long the oldest queued one has waited
-    prefill_tokens_per_s: float | None  # measured; None before the first prefill
-    decode_step_s: float | None  # measured time of a step that decodes; None before one
-    starts_per_s: float | None  # measured rate at which queued requests start
-    num_running: int = 0  # sequences in the engine's batch now
-    max_num_seqs: int = 1 << 30  # the engine's batch cap
-    ttft_correction: float = 1.0  # measured actual / predicted TTFT of recent requests
+    engine: EngineLoad  # the replica the request would go to
+    costs: StepCosts | None  # that replica's step costs (None: not reported)
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
     verdict: Verdict
     reason: Reason
-    predicted_ttft_s: float | None
+    predicted_ttft_s: float | None  # the request's own (for its class), when forecast
     retry_after_s: int | None = None
+    limit_s: float | None = None  # a shed one: the forecast admission would have allowed
 
 
 def decide(
@@ -83,71 +87,62 @@ def decide(
     allow_fallback: bool = True,
     actions: SLOActions = NO_ACTIONS,
 ) -> Admission:
-    interactive_ttft = _predicted_ttft(
-        load.queued[Priority.INTERACTIVE],
-        load.queued_prompt_tokens[Priority.INTERACTIVE] + prompt_tokens,
-        load,
-    )
+    slo = spec.slo
+    idle = load.engine.idle
+    ttft = forecast(load, priority, prompt_tokens, HORIZON_TARGETS * slo.ttft_p99_s)
     if priority is Priority.BATCH and actions.shed_batch:
-        return _shed(Reason.SLO_BURN, interactive_ttft, load, priority)
+        return _shed(Reason.SLO_BURN, ttft, slo.ttft_p99_s)
     if priority is Priority.INTERACTIVE and allow_fallback and spec.fallback is not None:
         if actions.fallback:
-            return Admission(Verdict.FALLBACK, Reason.SLO_BURN, interactive_ttft)
+            return Admission(Verdict.FALLBACK, Reason.SLO_BURN, ttft)
         fb = spec.fallback
         waited = load.oldest_queued_s[Priority.INTERACTIVE]
         if fb.trigger is FallbackTrigger.QUEUE_WAIT and waited > fb.threshold_s:
-            return Admission(Verdict.FALLBACK, Reason.QUEUE_WAIT, interactive_ttft)
+            return Admission(Verdict.FALLBACK, Reason.QUEUE_WAIT, ttft)
         if (
             fb.trigger is FallbackTrigger.PREDICTED_TTFT
-            and interactive_ttft is not None
-            and interactive_ttft > fb.threshold_s
+            and not idle
+            and ttft is not None
+            and ttft > fb.threshold_s
         ):
-            return Admission(Verdict.FALLBACK, Reason.PREDICTED_TTFT, interactive_ttft)
+            return Admission(Verdict.FALLBACK, Reason.PREDICTED_TTFT, ttft)
 
-    limits = spec.limits[priority]
-    if load.queued[priority] >= limits.max_queue:
-        return _shed(Reason.QUEUE_FULL, interactive_ttft, load, priority)
-
-    slo = spec.slo
-    if priority is Priority.INTERACTIVE:
-        if interactive_ttft is not None and interactive_ttft > slo.ttft_p99_s:
-            return _shed(Reason.SLO_TTFT, interactive_ttft, load, priority)
-    else:
-        backlog = sum(load.queued_prompt_tokens.values()) + prompt_tokens
-        batch_ttft = _predicted_ttft(sum(load.queued.values()), backlog, load)
-        if batch_ttft is not None and batch_ttft > slo.batch_shed_fraction * slo.ttft_p99_s:
-            return _shed(Reason.SLO_TTFT, batch_ttft, load, priority)
-    if load.decode_step_s is not None and 1.0 / load.decode_step_s < slo.min_tokens_per_s:
+    if load.queued[priority] >= spec.limits[priority].max_queue:
+        return _shed(Reason.QUEUE_FULL, ttft, slo.ttft_p99_s)
+    if idle or ttft is None or load.costs is None:
+        return Admission(Verdict.ADMIT, Reason.OK, ttft)
+    limit = TTFT_HEADROOM * slo.ttft_p99_s
+    if priority is Priority.BATCH:
+        limit *= slo.batch_shed_fraction
+    if ttft > limit:
+        return _shed(Reason.SLO_TTFT, ttft, limit)
+    engine = load.engine
+    joined = min(len(engine.running) + len(engine.waiting) + 1, engine.max_num_seqs)
+    if 1.0 / load.costs.decode_s(joined) < slo.min_tokens_per_s:
         # Each running stream gets one token per step: one more stream only slows them.
-        return _shed(Reason.SLO_TOKENS_PER_S, interactive_ttft, load, priority)
-    return Admission(Verdict.ADMIT, Reason.OK, interactive_ttft)
+        return _shed(Reason.SLO_TOKENS_PER_S, ttft, limit)
+    return Admission(Verdict.ADMIT, Reason.OK, ttft)
 
 
-def _predicted_ttft(ahead: int, tokens: int, load: LoadSnapshot) -> float | None:
-    """ahead: requests queued before this one; tokens: prompt tokens to prefill up to
-    and including its own."""
-    if not load.prefill_tokens_per_s:
-        return None  # nothing measured yet: admit and learn
-    surplus = load.num_running + ahead + 1 - load.max_num_seqs
-    slot_wait = surplus / load.starts_per_s if surplus > 0 and load.starts_per_s else 0.0
-    return (slot_wait + tokens / load.prefill_tokens_per_s) * load.ttft_correction
+def forecast(
+    load: LoadSnapshot, priority: Priority, prompt_tokens: int, horizon_s: float
+) -> float | None:
+    """The request's time to first token on the snapshot's replica; None without costs."""
+    if load.costs is None:
+        return None
+    return first_token_s(load.costs, load.engine, priority, prompt_tokens, horizon_s)
 
 
-def _shed(
-    reason: Reason, predicted: float | None, load: LoadSnapshot, priority: Priority
-) -> Admission:
-    return Admission(Verdict.SHED, reason, predicted, retry_after(load, priority))
+def _shed(reason: Reason, predicted: float | None, limit_s: float) -> Admission:
+    return Admission(Verdict.SHED, reason, predicted, retry_after(predicted, limit_s), limit_s)
 
 
-def retry_after(load: LoadSnapshot, priority: Priority) -> int:
-    """Seconds until the queue ahead of a new request has drained at the measured rate."""
-    if not load.starts_per_s:
+def retry_after(predicted_s: float | None, limit_s: float) -> int:
+    """Seconds until a request like this one would be admitted, if no more arrived: what
+    its forecast is over the limit by (the work ahead drains at the rate forecast)."""
+    if predicted_s is None:
         return RETRY_AFTER_DEFAULT_S
-    ahead = load.queued[Priority.INTERACTIVE] + (
-        load.queued[Priority.BATCH] if priority is Priority.BATCH else 0
-    )
-    seconds = math.ceil(max(ahead, 1) / load.starts_per_s)
-    return min(max(seconds, 1), RETRY_AFTER_MAX_S)
+    return min(max(math.ceil(predicted_s - limit_s), 1), RETRY_AFTER_MAX_S)
 
 
 def shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
@@ -155,8 +150,8 @@ def shed_error(spec: DeploymentSpec, admission: Admission) -> RateLimited:
     predicted = admission.predicted_ttft_s
     why = {
         Reason.QUEUE_FULL: "its queue is full",
-        Reason.SLO_TTFT: f"the predicted time to first token ({predicted or 0:.1f} s) would "
-        f"miss its target ({spec.slo.ttft_p99_s:.1f} s)",
+        Reason.SLO_TTFT: f"the forecast time to first token ({predicted or 0:.1f} s) is over "
+        f"the {admission.limit_s or 0:.1f} s admitted under its {spec.slo.ttft_p99_s:g} s target",
         Reason.SLO_TOKENS_PER_S: f"streams would fall below {spec.slo.min_tokens_per_s:g} tokens/s",
         Reason.SLO_BURN: "it is spending its error budget too fast, and batch traffic waits "
         "until it recovers",

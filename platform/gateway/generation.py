@@ -234,6 +234,7 @@ class GenerationService:
                 replica.id,
                 request.priority,
                 len(request.prompt_ids),
+                request.params.max_tokens,
                 request.clock,
                 predicted_ttft_s,
                 shadow,
@@ -305,20 +306,11 @@ class GenerationService:
         default_cap = version.param("max_tokens")
         if params.max_tokens is None and default_cap is not None:  # the request set none
             max_tokens = min(max_tokens, default_cap)
-        return _Placement(spec, version, key, replica, ids, max_tokens, self._load(key, replicas))
-
-    def _load(self, key: str, replicas: list[Replica]) -> LoadSnapshot:
-        """The engine's load across every worker that runs it: their batch slots and
-        prefill rates add up; the slowest decode is what running streams feel."""
-        reports = [r.slots[key] for r in replicas]
-        prefill = [rep.prefill_tokens_per_s for rep in reports if rep.prefill_tokens_per_s]
-        decode = [rep.decode_step_s for rep in reports if rep.decode_step_s]
-        return self.loads.snapshot(
-            key,
-            max_num_seqs=sum(rep.limits.max_num_seqs for rep in reports if rep.limits),
-            prefill_tokens_per_s=sum(prefill) if prefill else None,
-            decode_step_s=max(decode) if decode else None,
-        )
+        report = replica.slots[key]
+        costs = report.costs.costs() if report.costs is not None else None
+        engine_limits = (limits.max_num_seqs, limits.max_num_batched_tokens)
+        load = self.loads.snapshot(key, replica.id, engine_limits, costs)
+        return _Placement(spec, version, key, replica, ids, max_tokens, load)
 
     def _record(self, place: _Placement, admission: Admission) -> None:
         verdict, reason = admission.verdict.value, admission.reason.value
@@ -395,13 +387,15 @@ def replica_load(replica: Replica, key: str, counts: ReplicaCounts) -> ReplicaLo
     report = replica.slots[key]
     assert report.limits is not None
     stats = stats_of(report.stats) if report.stats else None
+    pending = counts.num_pending_prompt_tokens
+    per_token_s = report.costs.token_s if report.costs is not None else None
     return ReplicaLoad(
         replica.id,
         counts.num_in_flight,
         report.limits.max_num_seqs,
         stats.kv_cache_usage if stats else 0.0,
-        counts.num_pending_prompt_tokens,
-        report.prefill_tokens_per_s,
+        pending,
+        pending * per_token_s if per_token_s is not None else None,
     )
 
 

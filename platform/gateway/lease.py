@@ -6,16 +6,25 @@
 A lease is opened when admission lets a request in, and closed exactly once however the
 request ends: its finish event, the client leaving, a worker failing mid-stream, or the
 stream never being read. It owns every counter of its request: admission's snapshot
-(queued by class, prompt tokens waiting, the oldest wait, running) and the router's
-replica loads (in flight, prompt tokens awaiting their first token) are read from the
-open leases, so a request is counted in one place and gone from every count at once.
-Metrics are written from it as it moves, from the request's own clock.
+(queued by class, the oldest wait, and each replica's engine as the forecast reads it:
+the running sequences with the tokens they have left, the waiting prompts) and the
+router's replica loads (in flight, prompt tokens awaiting their first token) are read
+from the open leases, so a request is counted in one place and gone from every count
+at once. Metrics are written from it as it moves, from the request's own clock.
+
+How many tokens a request will still produce is not known until it stops: it is
+estimated from the lengths of the engine's last OUTPUT_SAMPLES answers (each capped
+by the request's own max_tokens), as the mean of those longer than what it has
+produced so far, less that; its max_tokens when none is (or none is known yet: a cold
+engine is assumed to run every request to its cap, which keeps a first burst's
+forecast on the safe side).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -28,19 +37,13 @@ from vigil.engine.request import (
     RequestId,
     TokenEvent,
 )
+from vigil.platform.forecast.costs import StepCosts
+from vigil.platform.forecast.first_token import EngineLoad, Waiting
 from vigil.platform.gateway.admission import LoadSnapshot
 from vigil.platform.telemetry.context import RequestContext
 from vigil.platform.telemetry.recorder import Outcome, RequestRecord, RequestRecorder, shadow_label
 
-START_WINDOW_S = 10.0  # how far back the rate at which queued requests start is measured
-# TTFT correction: the largest ratio actual / predicted among the last TTFT_SAMPLES
-# requests whose prediction was at least TTFT_MIN_PREDICTED_S (below that, fixed costs such
-# as the hop to the worker dominate, and the ratio says nothing about queueing), kept
-# within [1, TTFT_MAX_CORRECTION]. The largest, not a typical one: the target is a p99,
-# and under overload most admitted requests are predicted close to it.
-TTFT_SAMPLES = 32
-TTFT_MIN_PREDICTED_S = 0.2
-TTFT_MAX_CORRECTION = 4.0
+OUTPUT_SAMPLES = 64  # answers whose lengths estimate how long running ones will go on
 
 _OUTCOMES = {
     FinishReason.STOP: Outcome.STOP,
@@ -66,6 +69,7 @@ class Lease:
     replica: str  # the worker it was sent to
     priority: Priority
     num_prompt_tokens: int
+    max_tokens: int
     clock: RequestClock  # the request's own; arrival_ts is its arrival at the gateway
     book: LoadBook
     predicted_ttft_s: float | None = None  # admission's prediction, when it had one
@@ -79,7 +83,6 @@ class Lease:
         assert self.state is not LeaseState.CLOSED, f"{self.request_id}: event after close"
         if self.state is LeaseState.QUEUED:
             self.state = LeaseState.RUNNING
-            self.book.started(self)
         if isinstance(event, TokenEvent):
             n = len(event.token_ids)
             label = shadow_label(self.deployment) if self.shadow else self.deployment
@@ -112,12 +115,12 @@ class Lease:
         leaves every count without an outcome of its own."""
         assert self.state is LeaseState.QUEUED, f"{self.request_id}: discarded after start"
         self.state = LeaseState.CLOSED
-        self.book.closed(self)
+        self.book.closed(self, None)
 
     def _close(self, outcome: Outcome, finish: FinishEvent | None) -> None:
         self.state = LeaseState.CLOSED
         self.clock.finished_ts = self.clock.finished_ts or time.monotonic()
-        self.book.closed(self)
+        self.book.closed(self, outcome)
         num_prompt = finish.num_prompt_tokens if finish is not None else 0
         record = RequestRecord(
             self.deployment,
@@ -148,12 +151,8 @@ class ReplicaCounts:
 
 @dataclass(slots=True)
 class _Engine:
-    open: dict[RequestId, Lease] = field(default_factory=dict)
-    starts: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
-    ttft_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=TTFT_SAMPLES))
-
-    def ttft_correction(self) -> float:
-        return min(TTFT_MAX_CORRECTION, max(1.0, max(self.ttft_ratios, default=1.0)))
+    open: dict[RequestId, Lease] = field(default_factory=dict)  # in the order opened
+    outputs: deque[int] = field(default_factory=lambda: deque(maxlen=OUTPUT_SAMPLES))
 
 
 class LoadBook:
@@ -172,6 +171,7 @@ class LoadBook:
         replica: str,
         priority: Priority,
         num_prompt_tokens: int,
+        max_tokens: int,
         clock: RequestClock,
         predicted_ttft_s: float | None = None,
         shadow: bool = False,
@@ -185,6 +185,7 @@ class LoadBook:
             replica,
             priority,
             num_prompt_tokens,
+            max_tokens,
             clock,
             self,
             predicted_ttft_s,
@@ -196,20 +197,17 @@ class LoadBook:
         engine.open[request_id] = lease
         return lease
 
-    def started(self, lease: Lease) -> None:
-        self._engines[lease.engine_key].starts.append(time.monotonic())
-
     def first_token(self, lease: Lease) -> None:
-        """Learn how late the first token came against admission's prediction (made for
-        interactive requests; a batch one also waits behind them)."""
+        """How late the first token came against admission's forecast."""
         predicted, ttft = lease.predicted_ttft_s, lease.clock.ttft_s
-        if lease.priority is not Priority.INTERACTIVE or ttft is None:
-            return
-        if predicted is not None and predicted >= TTFT_MIN_PREDICTED_S:
-            self._engines[lease.engine_key].ttft_ratios.append(ttft / predicted)
+        if predicted is not None and predicted > 0 and ttft is not None and not lease.shadow:
+            self.recorder.ttft_forecast(lease.deployment, lease.version, ttft / predicted)
 
-    def closed(self, lease: Lease) -> None:
-        del self._engines[lease.engine_key].open[lease.request_id]
+    def closed(self, lease: Lease, outcome: Outcome | None) -> None:
+        engine = self._engines[lease.engine_key]
+        del engine.open[lease.request_id]
+        if outcome in (Outcome.STOP, Outcome.LENGTH):
+            engine.outputs.append(lease.num_output_tokens)
 
     def num_open(self) -> int:
         return sum(len(e.open) for e in self._engines.values())
@@ -227,42 +225,55 @@ class LoadBook:
     def snapshot(
         self,
         engine_key: str,
-        max_num_seqs: int,
-        prefill_tokens_per_s: float | None,
-        decode_step_s: float | None,
+        replica: str,
+        limits: tuple[int, int],
+        costs: StepCosts | None,
         now_ts: float | None = None,
     ) -> LoadSnapshot:
-        """The engine's load across its workers, as admission reads it. Queued and
-        running are the gateway's own counts: heartbeat stats lag by up to a second,
-        long enough to count a finished request and its successor both."""
+        """The engine's load as admission reads it: its queue across its workers, and
+        the replica the request would go to as the forecast reads it (`limits`: that
+        engine's max_num_seqs and max_num_batched_tokens; `costs`: its step costs).
+        These are the gateway's own counts: heartbeat stats lag by up to a second, long
+        enough to count a finished request and its successor both."""
         now = time.monotonic() if now_ts is None else now_ts
         queued = {p: 0 for p in Priority}
-        tokens = {p: 0 for p in Priority}
         oldest = {p: 0.0 for p in Priority}
-        num_running = 0
+        running: list[int] = []
+        waiting: list[Waiting] = []
         engine = self._engines.get(engine_key) or _Engine()
+        left = _TokensLeft(engine.outputs)
         for lease in engine.open.values():
+            here = lease.replica == replica
             if lease.state is LeaseState.RUNNING:
-                num_running += 1
+                if here:
+                    running.append(left(lease.max_tokens, lease.num_output_tokens))
                 continue
             p = lease.priority
             queued[p] += 1
-            tokens[p] += lease.num_prompt_tokens
             oldest[p] = max(oldest[p], now - lease.clock.arrival_ts)
+            if here:
+                waiting.append(Waiting(p, lease.num_prompt_tokens, left(lease.max_tokens, 0)))
+        max_num_seqs, max_num_batched_tokens = limits
         return LoadSnapshot(
             queued=queued,
-            queued_prompt_tokens=tokens,
             oldest_queued_s=oldest,
-            prefill_tokens_per_s=prefill_tokens_per_s,
-            decode_step_s=decode_step_s,
-            starts_per_s=_rate(engine.starts, now),
-            num_running=num_running,
-            max_num_seqs=max_num_seqs,
-            ttft_correction=engine.ttft_correction(),
+            engine=EngineLoad(max_num_seqs, max_num_batched_tokens, tuple(running), tuple(waiting)),
+            costs=costs,
         )
 
 
-def _rate(starts: deque[float], now: float) -> float | None:
-    while starts and starts[0] < now - START_WINDOW_S:
-        starts.popleft()
-    return len(starts) / START_WINDOW_S if starts else None
+class _TokensLeft:
+    """How many tokens a request will still produce (see the module's docstring)."""
+
+    def __init__(self, outputs: Iterable[int]) -> None:
+        self._outputs = sorted(outputs)
+        self._memo: dict[tuple[int, int], int] = {}
+
+    def __call__(self, max_tokens: int, produced: int) -> int:
+        key = (max_tokens, produced)
+        found = self._memo.get(key)
+        if found is None:
+            longer = [n for n in (min(o, max_tokens) for o in self._outputs) if n > produced]
+            expected = sum(longer) / len(longer) if longer else max_tokens
+            found = self._memo[key] = max(1, round(expected) - produced)
+        return found

@@ -6,7 +6,7 @@ gateway herding onto the same one. Load is the replica's share of its batch slot
 use (the gateway's own count of requests it sent there and that have not ended, so a
 burst is spread before the next heartbeat), plus its KV cache usage, plus its prefill
 backlog: the prompt tokens sent there that have no first token yet, in seconds at the
-replica's measured prefill rate. A second of prefill queued ahead weighs as much as a
+replica's measured cost of a prompt token. A second of prefill queued ahead weighs as much as a
 full batch, so on a slow device one long prompt steers short ones elsewhere, while on a
 fast one counts decide.
 
@@ -30,7 +30,7 @@ AFFINITY_SLACK = 0.25  # a quarter of the batch slots
 PREFIX_MEMORY = 4096  # prompt starts remembered, least recently used forgotten first
 PREFIX_MIN_TOKENS = 64  # shorter prompts are not worth keeping together
 PREFIX_TOKENS = 256  # how much of the prompt names its prefix
-UNMEASURED_PREFILL_TOKENS_PER_S = 2048.0  # until a replica's rate is measured
+UNMEASURED_PREFILL_TOKENS_PER_S = 2048.0  # for a replica that reports no step costs
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +40,14 @@ class ReplicaLoad:
     max_num_seqs: int
     kv_cache_usage: float  # 0-1, from the last heartbeat
     pending_prompt_tokens: int = 0  # sent there, no first token yet
-    prefill_tokens_per_s: float | None = None  # measured there, from the last heartbeat
+    pending_prefill_s: float | None = None  # their cost there, from its step costs
 
     @property
     def score(self) -> float:
-        rate = self.prefill_tokens_per_s or UNMEASURED_PREFILL_TOKENS_PER_S
-        return (
-            self.in_flight / max(1, self.max_num_seqs)
-            + self.kv_cache_usage
-            + self.pending_prompt_tokens / rate
-        )
+        prefill_s = self.pending_prefill_s
+        if prefill_s is None:
+            prefill_s = self.pending_prompt_tokens / UNMEASURED_PREFILL_TOKENS_PER_S
+        return self.in_flight / max(1, self.max_num_seqs) + self.kv_cache_usage + prefill_s
 
 
 def prefix_key(prompt_ids: Sequence[int]) -> bytes | None:

@@ -2,11 +2,11 @@
 workers it needs, what time to first token and tokens/s they would give, and which
 resource runs out first.
 
-    rates.py     what one worker measured (prefill rate, decode step time by batch size,
-                 KV blocks, batch slots), as the model reads it
+    rates.py     what one worker measured (its step costs, KV blocks, batch slots), as
+                 the model reads it
     load.py      the target load: requests/s and length distributions
     simulate.py  one worker under that load: a seeded discrete-event simulation of
-                 continuous batching with the measured step times
+                 continuous batching with the measured step costs
     planner.py   the search: the most requests/s one worker sustains within the SLO, the
                  workers needed, the prediction at that count, the binding resource
     measured.py  the rates of a running deployment, from its workers' heartbeats

@@ -1,6 +1,7 @@
 """`vigil plan`: ask a running gateway's admin API for a plan (POST /api/admin/plan) and
-print it as a short table. The gateway computes it, from the rates its workers report,
-so the CLI and the API always give the same answer."""
+print it as a short table. The gateway computes it, from the step costs its workers
+report, so the CLI and the API always give the same answer. The command exits 1 when no
+number of workers meets the target (a script can tell), 2 when it could not plan."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def table(plan: dict[str, Any]) -> str:
         (
             "measured",
             f"{plan['num_workers_measured']} of {plan['num_workers']} workers: prefill "
-            f"{rates['prefill_tokens_per_s']:.0f} tokens/s; decode step by batch {decode}; "
+            f"{rates['token_s'] * 1000:.2f} ms a token; decode step by batch {decode}; "
             f"KV {rates['kv_capacity_tokens']} tokens ({rates['kv_blocks']} x "
             f"{rates['block_size']}, {rates['kv_bytes_per_token']} B/token); "
             f"{rates['max_num_seqs']} batch slots",
@@ -104,6 +105,10 @@ def table(plan: dict[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def run(gateway: str, username: str, password: str, body: dict[str, Any], as_json: bool) -> str:
+def run(
+    gateway: str, username: str, password: str, body: dict[str, Any], as_json: bool
+) -> tuple[str, bool]:
+    """The plan as printed, and whether some number of workers meets the target."""
     plan = request_plan(gateway, username, password, body)
-    return json.dumps(plan, indent=2) if as_json else table(plan)
+    text = json.dumps(plan, indent=2) if as_json else table(plan)
+    return text, plan["workers_needed"] is not None

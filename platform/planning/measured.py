@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.gateway.serving import ServingView
-from vigil.platform.planning.rates import DecodePoint, MeasuredRates, slowest
+from vigil.platform.planning.rates import MeasuredRates, slowest
 from vigil.platform.worker.protocol import SlotReport
 
 
@@ -21,20 +21,17 @@ from vigil.platform.worker.protocol import SlotReport
 class DeploymentRates:
     spec: DeploymentSpec
     version: VersionRef
-    rates: MeasuredRates | None  # None: no worker has measured both prefill and decode
+    rates: MeasuredRates | None  # None: no worker serving it reports its step costs
     num_workers: int  # serving it now
     num_measured: int  # of those, with rates
 
 
 def rates_of(report: SlotReport) -> MeasuredRates | None:
-    limits, profile = report.limits, report.profile
-    if limits is None or profile is None or limits.block_size == 0:
-        return None
-    if not profile.prefill_tokens_per_s or not profile.decode:
+    limits, costs = report.limits, report.costs
+    if limits is None or costs is None or limits.block_size == 0:
         return None
     return MeasuredRates(
-        prefill_tokens_per_s=profile.prefill_tokens_per_s,
-        decode=tuple(DecodePoint(p.batch_size, p.step_s) for p in profile.decode),
+        costs=costs.costs(),
         num_kv_blocks=limits.kv_capacity_tokens // limits.block_size,
         block_size=limits.block_size,
         kv_bytes_per_token=limits.kv_bytes_per_token,

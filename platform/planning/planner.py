@@ -104,7 +104,7 @@ def capacity_guess(rates: MeasuredRates, load: TargetLoad) -> float:
     search, not an answer."""
     batch = rates.max_num_seqs
     per_request_s = (
-        load.prompt.mean / rates.prefill_tokens_per_s
+        rates.costs.prefill_s(round(load.prompt.mean))
         + load.output.mean * rates.decode_s(batch) / batch
     )
     return 1.0 / per_request_s

@@ -49,9 +49,9 @@ class PlanService:
         rates = measured.rates
         if rates is None:
             raise Conflict(
-                f"No worker serving '{ask.deployment}' ({measured.version.key}) has measured "
-                f"its rates yet ({measured.num_workers} serving it): send it some traffic, "
-                "streams of several tokens at a few concurrencies, then ask again.",
+                f"No worker serving '{ask.deployment}' ({measured.version.key}) reports its "
+                f"step costs ({measured.num_workers} serving it): a worker measures them when "
+                "it loads the model; ask again once one has it ready.",
                 code="not_measured",
             )
         own = measured.spec.slo

@@ -11,7 +11,8 @@ without cache hits holds with them):
     freed, recomputed later from the head of the queue);
     the budget left admits waiting prompts in arrival order while there are batch
     slots and blocks for their first chunk; the head waits for memory, nobody passes it;
-    the step takes rates.step_s(sequences, tokens); a sequence whose tokens are all
+    the step takes rates.step_s(sequences, tokens, prompt pairs) (forecast/costs.py, the
+    model admission forecasts with); a sequence whose tokens are all
     computed samples one; its first is its time to first token.
 
 While requests wait, the request-seconds they wait are charged to what held the head of
@@ -28,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from vigil.engine.stats import prefill_pairs_of
 from vigil.platform.planning.load import TargetLoad
 from vigil.platform.planning.rates import MeasuredRates
 
@@ -147,7 +149,7 @@ def simulate(
         step = _Step(rates, running, waiting, free)
         step.schedule()
         assert step.items or step.num_preemptions, "a step with work to do scheduled nothing"
-        dt = rates.step_s(len(step.items), step.num_tokens)
+        dt = rates.step_s(len(step.items), step.num_tokens, step.num_prefill_pairs)
         if repeat > 1:  # the same decode step, `repeat` times over: take them at once
             for seq, _ in step.items:
                 step.free -= _blocks(seq.num_computed + repeat, rates) - seq.num_blocks
@@ -226,6 +228,10 @@ class _Step:
     @property
     def num_tokens(self) -> int:
         return sum(n for _, n in self.items)
+
+    @property
+    def num_prefill_pairs(self) -> int:
+        return sum(prefill_pairs_of(s.num_computed, n) for s, n in self.items if n > 1)
 
     def schedule(self) -> None:
         for seq in list(self.running):

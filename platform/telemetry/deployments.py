@@ -49,6 +49,10 @@ class DeploymentPoint:
     ttft_p50_s: float | None  # over the last TTFT_WINDOW_S
     ttft_p99_s: float | None
     ttft_target_s: float | None  # the SLO's ttft_p99_s, drawn as a line
+    # Actual over forecast TTFT of the requests admitted (the load model's accuracy),
+    # over the last TTFT_WINDOW_S.
+    forecast_p50: float | None
+    forecast_p90: float | None
     output_tokens_per_s: float
     requests_per_s: dict[str, float]  # LINES -> rate
     canary_served_per_s: float  # of the served ones, those the canary version served
@@ -64,6 +68,7 @@ class _Counts:
     num_fallbacks: int = 0
     served_by: dict[str, int] = field(default_factory=dict)  # version -> served
     ttfts: deque[tuple[float, float]] = field(default_factory=deque)  # (monotonic ts, s)
+    forecasts: deque[tuple[float, float]] = field(default_factory=deque)  # (ts, ratio)
     points: deque[DeploymentPoint] = field(default_factory=lambda: deque(maxlen=MAX_POINTS))
     # ts, tokens, ends, fallbacks, served by version
     last: tuple[float, int, dict[str, int], int, dict[str, int]] | None = None
@@ -85,6 +90,10 @@ class DeploymentSeries:
 
     def add_ttft(self, deployment: str, ttft_s: float, now_ts: float) -> None:
         self._of(deployment).ttfts.append((now_ts, ttft_s))
+
+    def add_forecast(self, deployment: str, ratio: float, now_ts: float | None = None) -> None:
+        now = time.monotonic() if now_ts is None else now_ts
+        self._of(deployment).forecasts.append((now, ratio))
 
     def add_end(self, deployment: str, outcome: str, version: str | None = None) -> None:
         line = OUTCOME_LINES.get(outcome)
@@ -121,9 +130,11 @@ class DeploymentSeries:
             canary_rate = 0.0
         else:
             canary_rate = rate(c.served_by.get(canary, 0), before[4].get(canary, 0))
-        while c.ttfts and c.ttfts[0][0] < now - self._ttft_window_s:
-            c.ttfts.popleft()
+        for window in (c.ttfts, c.forecasts):
+            while window and window[0][0] < now - self._ttft_window_s:
+                window.popleft()
         ttfts = sorted(t for _, t in c.ttfts)
+        forecasts = sorted(r for _, r in c.forecasts)
         point = DeploymentPoint(
             wall_ts=time.time(),
             num_waiting_interactive=gauges.num_waiting_interactive,
@@ -133,6 +144,8 @@ class DeploymentSeries:
             ttft_p50_s=quantile(ttfts, 0.50),
             ttft_p99_s=quantile(ttfts, 0.99),
             ttft_target_s=ttft_target_s,
+            forecast_p50=quantile(forecasts, 0.50),
+            forecast_p90=quantile(forecasts, 0.90),
             output_tokens_per_s=rate(c.num_tokens, before[1]),
             requests_per_s={line: rate(c.ends[line], before[2][line]) for line in LINES},
             canary_served_per_s=canary_rate,

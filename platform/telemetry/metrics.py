@@ -98,6 +98,8 @@ REQUEST_BUCKETS_S = (
 )
 
 
+# Actual over forecast time to first token: 1 is exact, 2 twice as late as forecast.
+FORECAST_RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 BATCH_WAIT_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0)
@@ -142,6 +144,14 @@ class Metrics:
             "Time a request waited before its first step in a batch.",
             labels,
             buckets=REQUEST_BUCKETS_S,
+            registry=registry,
+        )
+        self.ttft_forecast = Histogram(
+            "vigil_admission_ttft_forecast_ratio",
+            "A request's time to first token over the one admission forecast for it when it "
+            "was admitted (1: as forecast; 2: twice as late).",
+            labels,
+            buckets=FORECAST_RATIO_BUCKETS,
             registry=registry,
         )
         self.prompt_tokens = Counter(

@@ -97,6 +97,11 @@ class RequestRecorder:
         if self.sink is not None and decision in ("admitted", "shed"):
             self.sink.admission(deployment, version, decision == "admitted")
 
+    def ttft_forecast(self, deployment: str, version: str, ratio: float) -> None:
+        """A first token's time over admission's forecast of it."""
+        self.metrics.ttft_forecast.labels(deployment, version).observe(ratio)
+        self.series.add_forecast(deployment, ratio)
+
     def output_tokens(
         self,
         deployment: str,

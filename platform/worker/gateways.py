@@ -36,11 +36,11 @@ from vigil.engine.device import free_memory_bytes
 from vigil.platform.settings import WorkerSettings
 from vigil.platform.worker.protocol import (
     Assignment,
+    CostsWire,
     Heartbeat,
     RegisterRequest,
     SlotLimits,
     SlotReport,
-    profile_wire,
     stats_wire,
 )
 from vigil.platform.worker.runtime import EngineSlot, Slot, WorkerRuntime
@@ -66,7 +66,7 @@ def union_of(assignments: list[list[EngineSlot]]) -> list[EngineSlot]:
 
 
 def report(slot: Slot) -> SlotReport:
-    limits, stats, profile = None, None, None
+    limits, stats, costs = None, None, None
     if slot.engine is not None:
         core = slot.engine.core
         limits = SlotLimits(
@@ -78,7 +78,8 @@ def report(slot: Slot) -> SlotReport:
             max_num_batched_tokens=core.config.max_num_batched_tokens,
         )
         stats = stats_wire(slot.engine.stats())
-        profile = profile_wire(slot.profile)
+        measured = slot.profile.costs()
+        costs = CostsWire.of(measured) if measured is not None else None
     return SlotReport(
         key=slot.spec.key,
         state=slot.state.value,
@@ -86,9 +87,7 @@ def report(slot: Slot) -> SlotReport:
         error=slot.error,
         limits=limits,
         stats=stats,
-        prefill_tokens_per_s=slot.rates.prefill_tokens_per_s,
-        decode_step_s=slot.rates.decode_step_s(),
-        profile=profile,
+        costs=costs,
     )
 
 

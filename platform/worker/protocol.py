@@ -4,7 +4,7 @@
       | -- POST /internal/workers/register --> |  id, address, device, memory
       | <-------- Assignment ----------------- |  the engine slots to run
       | -- POST /internal/workers/{id}/heartbeat (every second) -->
-      |      slot states, limits, stats, measured rates
+      |      slot states, limits, stats, step costs
       | <-------- Assignment ----------------- |  (changes when deployments change)
       |                                        |
       | <-- POST /internal/generate ---------- |  one request: ids in, events out
@@ -25,7 +25,7 @@ from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.request import SamplingParams
 from vigil.engine.stats import EngineStats
 from vigil.platform.control.specs import VersionRef
-from vigil.platform.worker.profile import StepProfile
+from vigil.platform.forecast.costs import DecodePoint, StepCosts
 
 
 class VersionWire(Struct, frozen=True):
@@ -89,14 +89,25 @@ class SlotLimits(Struct):
 class DecodePointWire(Struct, frozen=True):
     batch_size: float  # mean number of sequences in the steps measured
     step_s: float
-    num_steps: int
 
 
-class ProfileWire(Struct):
-    """What the engine costs, kept while it idles (worker.profile.StepProfile)."""
+class CostsWire(Struct):
+    """What the engine's steps cost now (forecast.costs.StepCosts; worker.profile)."""
 
-    prefill_tokens_per_s: float | None
     decode: list[DecodePointWire]
+    mixed_s: float
+    seq_s: float
+    token_s: float
+    pair_s: float
+
+    @classmethod
+    def of(cls, costs: StepCosts) -> CostsWire:
+        points = [DecodePointWire(p.batch_size, p.step_s) for p in costs.decode]
+        return cls(points, costs.mixed_s, costs.seq_s, costs.token_s, costs.pair_s)
+
+    def costs(self) -> StepCosts:
+        points = tuple(DecodePoint(p.batch_size, p.step_s) for p in self.decode)
+        return StepCosts(points, self.mixed_s, self.seq_s, self.token_s, self.pair_s)
 
 
 class SlotReport(Struct):
@@ -106,9 +117,8 @@ class SlotReport(Struct):
     error: str | None = None
     limits: SlotLimits | None = None
     stats: dict[str, Any] | None = None  # EngineStats as a dict (generation slots)
-    prefill_tokens_per_s: float | None = None  # measured on this worker
-    decode_step_s: float | None = None  # None when no recent decode step
-    profile: ProfileWire | None = None  # generation slots, for the capacity planner
+    # Generation slots, ready: what its steps cost, for admission, routing and plans.
+    costs: CostsWire | None = None
 
 
 class Heartbeat(Struct):
@@ -169,13 +179,6 @@ def stats_wire(stats: EngineStats) -> dict[str, Any]:
 
 def stats_of(wire: dict[str, Any]) -> EngineStats:
     return EngineStats(**wire, last_step=None)
-
-
-def profile_wire(profile: StepProfile) -> ProfileWire:
-    return ProfileWire(
-        profile.prefill_tokens_per_s,
-        [DecodePointWire(p.batch_size, p.step_s, p.num_steps) for p in profile.decode_points()],
-    )
 
 
 def carries_token(authorization: str | None, token: str) -> bool:

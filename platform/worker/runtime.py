@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -25,6 +24,7 @@ import torch
 from vigil.engine.artifacts import resolve_artifact, verify_checksum
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import ModelKind
+from vigil.engine.calibrate import calibrate
 from vigil.engine.device import free_memory_bytes, resolve_device, resolve_dtype
 from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
@@ -45,12 +45,7 @@ log = logging.getLogger(__name__)
 # with AVX-512 VNNI, 1.57 GB in float32.
 DEFAULT_CPU_KV_BYTES = 512 << 20
 DEFAULT_CUDA_KV_FRACTION = 0.8
-EWMA_ALPHA = 0.2
-PREFILL_WINDOW = 16  # steps
 LOAD_WEIGHTS_SHARE = 0.9  # of a version's load progress: reading its weights
-# A decode step time older than this says nothing about streams running now (an idle
-# engine must not keep shedding on the memory of a busy minute).
-DECODE_STALE_S = 2.0
 
 
 class SlotState(StrEnum):
@@ -98,48 +93,6 @@ def configure_torch(settings: EngineSettings) -> None:
     torch.set_num_threads(step_threads(settings, os.cpu_count() or 1).small)
 
 
-class RateMeter:
-    """Measured prefill rate and decode step time of one engine, fed from its thread
-    after every step; read as whole floats, so no lock.
-
-    The prefill rate is prompt tokens brought to their first token per second of the
-    last PREFILL_WINDOW steps that did prefill work, summed over them: a prompt chunked over
-    several steps counts all their time, and a prompt served from the prefix cache counts
-    its full length at its small cost, so that the rate matches how the gateway counts
-    queued prompt tokens. An engine's first step (warm-up) is not measured."""
-
-    def __init__(self) -> None:
-        self._prefill: deque[tuple[int, float]] = deque(maxlen=PREFILL_WINDOW)
-        self._decode_step_s: float | None = None
-        self._last_decode_ts = float("-inf")
-        self._warm = False
-
-    @property
-    def prefill_tokens_per_s(self) -> float | None:
-        tokens = sum(t for t, _ in self._prefill)
-        seconds = sum(s for _, s in self._prefill)
-        return tokens / seconds if tokens and seconds else None
-
-    def observe(self, step: StepStats) -> None:
-        if not self._warm:
-            self._warm = True
-            return
-        prefill_tokens = step.num_tokens - step.num_decodes
-        if prefill_tokens > 0 or step.num_prompt_tokens_done > 0:
-            self._prefill.append((step.num_prompt_tokens_done, step.total_s))
-        elif step.num_decodes > 0:
-            self._decode_step_s = _ewma(self._decode_step_s, step.total_s)
-            self._last_decode_ts = time.monotonic()
-
-    def decode_step_s(self, now_ts: float | None = None) -> float | None:
-        now = time.monotonic() if now_ts is None else now_ts
-        return self._decode_step_s if now - self._last_decode_ts < DECODE_STALE_S else None
-
-
-def _ewma(old: float | None, sample: float) -> float:
-    return sample if old is None else old + EWMA_ALPHA * (sample - old)
-
-
 @dataclass(slots=True)
 class Slot:
     spec: EngineSlot
@@ -148,8 +101,8 @@ class Slot:
     error: str | None = None
     engine: AsyncLLMEngine | None = None
     embedder: AsyncEmbedder | None = None
-    rates: RateMeter = field(default_factory=RateMeter)
-    profile: StepProfile = field(default_factory=StepProfile)  # for the capacity planner
+    # What its steps cost (admission, routing, the planner): calibrated at load, then live.
+    profile: StepProfile = field(default_factory=StepProfile)
     in_flight: int = 0  # requests the worker's API is serving on it
 
 
@@ -329,10 +282,15 @@ class WorkerRuntime:
                 batch_aging_s=s.batch_aging_s,
                 threads=step_threads(s, os.cpu_count() or 1),
             )
-            built[slot.spec.key] = (
-                AsyncLLMEngine(LLMEngine(lm, config), on_step=self._step_hook(slot)),
-                None,
+            core = LLMEngine(lm, config)
+            t0 = time.monotonic()
+            slot.profile.calibrate(calibrate(core))
+            costs = slot.profile.costs()
+            assert costs is not None, "a calibration measured no decode step"
+            log.info(
+                "%s calibrated in %.1f s: %s", slot.spec.key, time.monotonic() - t0, costs.summary()
             )
+            built[slot.spec.key] = (AsyncLLMEngine(core, on_step=self._step_hook(slot)), None)
         return built
 
     def _batch_hook(self, key: str) -> Callable[[BatchRecord], None] | None:
@@ -342,10 +300,9 @@ class WorkerRuntime:
         return lambda batch: hook(key, batch)
 
     def _step_hook(self, slot: Slot) -> Callable[[StepStats], None]:
-        key, rates, profile, hook = slot.spec.key, slot.rates, slot.profile, self._on_step
+        key, profile, hook = slot.spec.key, slot.profile, self._on_step
 
         def observe(step: StepStats) -> None:
-            rates.observe(step)
             profile.observe(step)
             if hook is not None:
                 hook(key, step)

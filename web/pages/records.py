@@ -89,7 +89,7 @@ class WorkersController(Controller):
 
 def _workers(services: Services) -> list[dict[str, Any]]:
     """This gateway's view of each worker: heartbeat age, and per loaded version its
-    queue, KV use and measured rates."""
+    queue, KV use and measured step costs."""
     now = time.monotonic()
     rows = []
     for replica in sorted(services.workers.replicas.values(), key=lambda r: r.id):
@@ -104,8 +104,7 @@ def _workers(services: Services) -> list[dict[str, Any]]:
                     "waiting": stats.get("num_waiting"),
                     "running": stats.get("num_running"),
                     "kv": stats.get("kv_cache_usage"),
-                    "prefill_tokens_per_s": slot.prefill_tokens_per_s,
-                    "decode_step_s": slot.decode_step_s,
+                    "costs": slot.costs.costs() if slot.costs is not None else None,
                 }
             )
         rows.append(

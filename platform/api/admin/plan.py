@@ -45,8 +45,14 @@ class DecodePointOut(Struct, kw_only=True):
 
 
 class RatesOut(Struct, kw_only=True):
-    prefill_tokens_per_s: float
+    prefill_tokens_per_s: float  # a prompt token's marginal cost, as a rate
     decode: list[DecodePointOut]
+    # A step that prefills (forecast/costs.py): mixed_s + seq_s * sequences + token_s *
+    # tokens beyond each sequence's first + pair_s * thousands of query-key pairs.
+    mixed_s: float
+    seq_s: float
+    token_s: float
+    pair_s: float
     kv_bytes_per_token: int
     kv_blocks: int
     block_size: int
@@ -98,8 +104,8 @@ PLAN_RESPONSES = {
     **write_responses(404),
     409: ResponseSpec(
         ErrorBody,
-        description="No worker serving the deployment has measured its rates yet: send it "
-        "traffic first.",
+        description="No worker serving the deployment reports its step costs (each measures "
+        "them when it loads the model).",
     ),
     429: ResponseSpec(
         ErrorBody,
@@ -116,12 +122,12 @@ class PlanController(Controller):
     @post(
         "/",
         summary="Workers needed for a load, with the predicted TTFT p99 and tokens/s",
-        description="Simulates continuous batching with the deployment's measured rates "
-        "(prefill tokens/s, decode step time by batch size, KV blocks, batch slots) at the "
-        "load given, and answers the workers needed to meet the SLO (the deployment's, or "
-        "`ttft_p99_s` and `min_tokens_per_s`), the prediction at that count, and the "
-        "resource that binds. 409 until some worker has measured the rates: send traffic "
-        "first.",
+        description="Simulates continuous batching with the deployment's measured step costs "
+        "(the model admission forecasts with: decode step time by batch size, the cost of a "
+        "step that prefills; KV blocks, batch slots) at the load given, and answers the "
+        "workers needed to meet the SLO (the deployment's, or `ttft_p99_s` and "
+        "`min_tokens_per_s`), the prediction at that count, and the resource that binds. "
+        "`workers_needed` is null when no number of workers meets it.",
         status_code=200,
         responses=PLAN_RESPONSES,
     )
@@ -162,9 +168,14 @@ def plan_out(report: PlanReport) -> PlanOut:
 
 
 def _rates_out(rates: MeasuredRates) -> RatesOut:
+    costs = rates.costs
     return RatesOut(
-        prefill_tokens_per_s=rates.prefill_tokens_per_s,
-        decode=[DecodePointOut(batch_size=p.batch_size, step_s=p.step_s) for p in rates.decode],
+        prefill_tokens_per_s=1.0 / costs.token_s,
+        decode=[DecodePointOut(batch_size=p.batch_size, step_s=p.step_s) for p in costs.decode],
+        mixed_s=costs.mixed_s,
+        seq_s=costs.seq_s,
+        token_s=costs.token_s,
+        pair_s=costs.pair_s,
         kv_bytes_per_token=rates.kv_bytes_per_token,
         kv_blocks=rates.num_kv_blocks,
         block_size=rates.block_size,

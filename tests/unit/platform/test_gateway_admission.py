@@ -17,6 +17,7 @@ from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
 from vigil.engine.bundled import SMOLLM2
 from vigil.engine.request import Priority
 from vigil.platform.control.specs import bundled_version
+from vigil.platform.forecast.costs import DecodePoint, StepCosts
 
 STABLE = bundled_version(SMOLLM2).key
 LONG_POOL = STABLE + "#long"
@@ -74,7 +75,8 @@ slo = { ttft_p99_s = 60, min_tokens_per_s = 0.1 }
 async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     engines = {key: ScriptedEngine() for key in (STABLE, LONG_POOL, LITE, STRICT, TIMEOUT)}
-    workers.add("w1", engines, prefill_tokens_per_s=1000.0, decode_step_s=0.01)
+    costs = StepCosts((DecodePoint(1, 0.01),), 0.0, 0.0, 0.001, 0.0)  # a prompt token 1 ms
+    workers.add("w1", engines, costs=costs)
     data_dir = tmp_path_factory.mktemp("gateway-admission")
     async with running_gateway(
         data_dir, workers, smollm2_tokenizer, config=CONFIG, auth="keys", sse_keepalive_s=0.2
@@ -276,15 +278,20 @@ async def test_interactive_traffic_falls_back_when_the_queue_waits_too_long(
 async def test_request_that_would_miss_its_ttft_target_is_shed_at_once(
     gateway: Gateway, client: httpx.AsyncClient
 ) -> None:
+    # The engine is idle: the first request is one prefill away, whatever its forecast
+    # against a 1 ms target says.
+    first = await held(client, gateway, "app", chat("chat-strict"), STRICT)
     r = await client.post(
         "/v1/chat/completions", json=chat("chat-strict"), headers=auth(gateway, "app")
     )
     assert r.status_code == 429 and error_of(r)["code"] == "overloaded_slo_ttft"
-    assert "predicted time to first token" in error_of(r)["message"]
-    assert not engine(gateway, STRICT).arrived  # never sent to a worker
+    assert "forecast time to first token" in error_of(r)["message"]
+    assert len(engine(gateway, STRICT).arrived) == 1  # the second never sent to a worker
     metrics = (await client.get("/metrics")).text
     shed = f'vigil_requests_total{{deployment="chat-strict",outcome="shed",version="{STRICT}"}}'
     assert f"{shed} 1.0" in metrics
+    engine(gateway, STRICT).release()
+    assert (await first).status_code == 200
 
 
 async def test_request_not_started_within_its_max_wait_times_out_with_503(

@@ -15,6 +15,7 @@ from fakes import FakeEmbedder, FakeWorkers, Gateway, ScriptedEngine, running_ga
 
 from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.platform.control.specs import bundled_version
+from vigil.platform.forecast.costs import DecodePoint, StepCosts
 from vigil.platform.slo.sli import SLI
 
 STABLE = bundled_version(SMOLLM2).key
@@ -48,6 +49,9 @@ canary = {{ version = "v2", weight = 50 }}
 """
 
 
+COSTS = StepCosts((DecodePoint(1, 0.01),), 0.0, 0.0, 0.0002, 0.0)  # 5,000 prompt tokens/s
+
+
 @pytest.fixture(scope="module")
 async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
@@ -58,7 +62,7 @@ async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]
             EMBED: FakeEmbedder(),
             EMBED_CANARY: FakeEmbedder(),
         }
-        workers.add(worker_id, engines, prefill_tokens_per_s=5000.0)
+        workers.add(worker_id, engines, costs=COSTS)
     async with running_gateway(
         tmp_path_factory.mktemp("gateway-routing"), workers, smollm2_tokenizer, config=CONFIG
     ) as gw:

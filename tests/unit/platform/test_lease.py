@@ -16,12 +16,16 @@ from vigil.engine.request import (
     RequestId,
     TokenEvent,
 )
+from vigil.platform.forecast.costs import DecodePoint, StepCosts
+from vigil.platform.forecast.first_token import EngineLoad, Waiting
 from vigil.platform.gateway.lease import LeaseState, LoadBook
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
 from vigil.platform.telemetry.recorder import RequestRecorder
 
 I, B = Priority.INTERACTIVE, Priority.BATCH  # noqa: E741
+COSTS = StepCosts((DecodePoint(1, 0.02),), 0.0, 0.0, 0.001, 0.0)
+LIMITS = (8, 512)  # max_num_seqs, max_num_batched_tokens
 
 
 @pytest.fixture
@@ -45,10 +49,13 @@ def open_lease(
     replica: str = "w1",
     priority: Priority = I,
     prompt: int = 100,
+    max_tokens: int = 16,
     arrival_ts: float | None = None,
 ):  # type: ignore[no-untyped-def]
     clock = RequestClock(time.monotonic() if arrival_ts is None else arrival_ts)
-    return book.open(RequestId(rid), "chat", "m@1", "m@1", replica, priority, prompt, clock)
+    return book.open(
+        RequestId(rid), "chat", "m@1", "m@1", replica, priority, prompt, max_tokens, clock
+    )
 
 
 def token(ts: float, n: int = 1) -> TokenEvent:
@@ -63,17 +70,59 @@ def test_open_leases_are_queued_until_their_first_event_then_running(book: LoadB
     now = time.monotonic()
     a = open_lease(book, "a", arrival_ts=now - 2.0)
     open_lease(book, "b", priority=B, prompt=300, arrival_ts=now - 1.0)
-    snap = book.snapshot("m@1", 8, 2000.0, 0.05, now_ts=now)
-    assert snap.queued == {I: 1, B: 1} and snap.queued_prompt_tokens == {I: 100, B: 300}
-    assert snap.oldest_queued_s == {I: pytest.approx(2.0), B: pytest.approx(1.0)}
-    assert (snap.num_running, snap.max_num_seqs, snap.starts_per_s) == (0, 8, None)
-    assert (snap.prefill_tokens_per_s, snap.decode_step_s) == (2000.0, 0.05)  # passed through
+    open_lease(book, "c", replica="w2", prompt=50, arrival_ts=now - 3.0)
+    snap = book.snapshot("m@1", "w1", LIMITS, COSTS, now_ts=now)
+    # The queue counts every replica's; the engine forecast is the one replica's.
+    assert snap.queued == {I: 2, B: 1}
+    assert snap.oldest_queued_s == {I: pytest.approx(3.0), B: pytest.approx(1.0)}
+    assert snap.engine == EngineLoad(8, 512, (), (Waiting(I, 100, 16), Waiting(B, 300, 16)))
+    assert snap.costs is COSTS  # passed through
     a.observe(token(now))
     a.observe(token(now + 0.1))  # a second event starts nothing more
-    snap = book.snapshot("m@1", 8, None, None)
-    assert snap.queued == {I: 0, B: 1} and snap.num_running == 1
-    assert snap.starts_per_s == pytest.approx(0.1)  # one start in the 10 s window
-    assert book.snapshot("m@1", 8, None, None, now_ts=time.monotonic() + 11).starts_per_s is None
+    snap = book.snapshot("m@1", "w1", LIMITS, COSTS)
+    assert snap.queued == {I: 1, B: 1} and snap.engine.running == (14,)  # 2 of 16 produced
+
+
+def test_tokens_left_are_estimated_from_recent_answers(book: LoadBook) -> None:
+    def answered(rid: str, num_tokens: int, max_tokens: int = 100) -> None:
+        lease = open_lease(book, rid, max_tokens=max_tokens)
+        lease.observe(token(time.monotonic(), n=num_tokens))
+        lease.observe(finish(FinishReason.STOP, lease.clock))
+
+    # Nothing answered yet: every request is assumed to run to its max_tokens.
+    cold = open_lease(book, "cold", max_tokens=100)
+    assert book.snapshot("m@1", "w1", LIMITS, COSTS).engine.waiting[0].num_output_tokens == 100
+    cold.close()  # left: its length says nothing
+    for i, n in enumerate((10, 20, 30, 90)):
+        answered(f"a{i}", n)
+    queued = open_lease(book, "q", max_tokens=100)
+    capped = open_lease(book, "capped", max_tokens=15)
+    running = open_lease(book, "r", max_tokens=100)
+    running.observe(token(time.monotonic(), n=25))
+    engine = book.snapshot("m@1", "w1", LIMITS, COSTS).engine
+    # Queued: the mean answer (37.5, rounded); capped at 15: min(o, 15) of each, 13.75.
+    assert [w.num_output_tokens for w in engine.waiting] == [38, 14]
+    # Running past 25 tokens: the mean of the answers longer than that (30, 90) less 25.
+    assert engine.running == (35,)
+    running.observe(token(time.monotonic(), n=70))  # longer than every answer: its cap
+    assert book.snapshot("m@1", "w1", LIMITS, COSTS).engine.running == (5,)
+    for lease in (queued, capped, running):
+        lease.close()
+
+
+def test_a_first_token_is_held_to_its_forecast_on_metrics(
+    book: LoadBook, registry: CollectorRegistry
+) -> None:
+    clock = RequestClock(100.0)
+    lease = book.open(RequestId("a"), "chat", "m@1", "m@1", "w1", I, 10, 16, clock, 0.5)
+    lease.observe(token(100.75))
+    ratio = "vigil_admission_ttft_forecast_ratio"
+    assert value(registry, f"{ratio}_sum", deployment="chat", version="m@1") == pytest.approx(1.5)
+    assert value(registry, f"{ratio}_bucket", deployment="chat", version="m@1", le="1.5") == 1
+    assert value(registry, f"{ratio}_bucket", deployment="chat", version="m@1", le="1.25") == 0
+    unforecast = book.open(RequestId("b"), "chat", "m@1", "m@1", "w1", I, 10, 16, RequestClock(0))
+    unforecast.observe(token(1.0))
+    assert value(registry, f"{ratio}_count", deployment="chat", version="m@1") == 1
 
 
 def test_replica_counts_split_in_flight_and_prompt_tokens_awaiting_prefill(book: LoadBook) -> None:
@@ -147,38 +196,11 @@ def test_a_lease_left_before_its_finish_ends_as_aborted_and_leaves_every_count(
     running.close()
     running.close()
     assert book.num_open() == 0 and book.replica_counts("m@1") == {}
-    snap = book.snapshot("m@1", 8, None, None)
-    assert sum(snap.queued.values()) == 0 and snap.num_running == 0
+    snap = book.snapshot("m@1", "w1", LIMITS, None)
+    assert sum(snap.queued.values()) == 0 and snap.engine.idle
     assert (
         value(registry, "vigil_requests_total", deployment="chat", version="m@1", outcome="abort")
         == 2
     )
     with pytest.raises(AssertionError, match="event after close"):
         running.observe(token(time.monotonic()))
-
-
-def test_admission_learns_how_late_first_tokens_come_against_its_predictions(
-    book: LoadBook,
-) -> None:
-    def served(rid: str, predicted: float | None, ttft: float, priority: Priority = I) -> None:
-        clock = RequestClock(100.0)
-        lease = book.open(
-            RequestId(rid), "chat", "m@1", "m@1", "w1", priority, 10, clock, predicted
-        )
-        lease.observe(token(100.0 + ttft))
-        lease.observe(finish(FinishReason.LENGTH, clock))
-
-    assert book.snapshot("m@1", 8, None, None).ttft_correction == 1.0  # nothing learnt yet
-    served("early", 1.0, 0.5)  # faster than predicted: never below 1
-    assert book.snapshot("m@1", 8, None, None).ttft_correction == 1.0
-    served("tiny", 0.01, 0.3)  # fixed costs over a tiny prediction: not learnt from
-    served("batch", 0.5, 5.0, priority=B)  # a batch request waits behind interactive ones
-    assert book.snapshot("m@1", 8, None, None).ttft_correction == 1.0
-    for i in range(10):
-        served(f"late{i}", 0.5, 1.5 if i != 4 else 1.0)  # three times later, at worst
-    assert book.snapshot("m@1", 8, None, None).ttft_correction == pytest.approx(3.0)
-    served("very-late", 0.5, 50.0)
-    assert book.snapshot("m@1", 8, None, None).ttft_correction == 4.0  # bounded
-    for i in range(32):
-        served(f"on-time{i}", 0.5, 0.6)  # the outlier has left the last 32
-    assert book.snapshot("m@1", 8, None, None).ttft_correction == pytest.approx(1.2)

@@ -1,6 +1,6 @@
 """POST /api/admin/plan over a gateway's live view of its workers: a viewer may ask,
-the plan reads the rates the workers' heartbeats carry, and each refusal says what to
-do (send traffic first, fix a field, retry)."""
+the plan reads the step costs the workers' heartbeats carry, and each refusal says what
+to do (wait for a worker to load the model, fix a field, retry)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ from vigil.platform.planning.command import length_spec
 from vigil.platform.planning.service import PlanService
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.worker.protocol import (
+    CostsWire,
     DecodePointWire,
     Heartbeat,
-    ProfileWire,
     RegisterRequest,
     SlotLimits,
     SlotReport,
@@ -47,16 +47,17 @@ HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 VIEWER = {"Authorization": "Basic " + base64.b64encode(b"eve:eve password").decode()}
 LIMITS = SlotLimits(8192, 16384, 16, block_size=16, kv_bytes_per_token=46080,
                     max_num_batched_tokens=2048)  # fmt: skip
-PROFILE = ProfileWire(1000.0, [DecodePointWire(1.0, 0.02, 50), DecodePointWire(6.0, 0.04, 50)])
+# Decode steps of 20 ms alone and 40 ms at 6; a prompt token 1 ms.
+COSTS = CostsWire([DecodePointWire(1.0, 0.02), DecodePointWire(6.0, 0.04)], 0.0, 0.0, 0.001, 0.0)
 BODY = {"deployment": SMOLLM2, "rps": 3.0, "prompt_tokens": 200, "output_tokens": 32}
 
 
 Gateway = tuple[AsyncTestClient[Litestar], ServingView, PlanService]
 
 
-def beat(registry: WorkerRegistry, worker: str, profile: ProfileWire | None) -> None:
+def beat(registry: WorkerRegistry, worker: str, costs: CostsWire | None) -> None:
     registry.register(RegisterRequest(worker, f"http://{worker}", "cpu", 1 << 30, 1))
-    report = SlotReport(VERSION.key, "ready", 1.0, limits=LIMITS, stats=None, profile=profile)
+    report = SlotReport(VERSION.key, "ready", 1.0, limits=LIMITS, stats=None, costs=costs)
     registry.heartbeat(worker, Heartbeat([report]))
 
 
@@ -98,16 +99,17 @@ async def gateway(app: tuple[Litestar, ServingView, PlanService]) -> AsyncIterat
         yield client, app[1], app[2]
 
 
-async def test_a_viewer_gets_a_plan_from_the_rates_workers_report(gateway: Gateway) -> None:
+async def test_a_viewer_gets_a_plan_from_the_costs_workers_report(gateway: Gateway) -> None:
     client, view, _ = gateway
-    beat(view.workers, "w1", PROFILE)
-    beat(view.workers, "w2", None)  # not measured yet: left out, counted
+    beat(view.workers, "w1", COSTS)
+    beat(view.workers, "w2", None)  # reports no costs: left out, counted
     response = await client.post("/api/admin/plan", json=BODY, headers=VIEWER)
     assert response.status_code == 200, response.text
     plan = response.json()
     assert plan["version"] == VERSION.key
     assert (plan["num_workers"], plan["num_workers_measured"]) == (2, 1)
     assert plan["rates"]["kv_blocks"] == 1024 and plan["rates"]["max_num_seqs"] == 16
+    assert plan["rates"]["token_s"] == 0.001 and plan["rates"]["prefill_tokens_per_s"] == 1000
     assert plan["slo"] == {"ttft_p99_s": 2.0, "min_tokens_per_s": 5.0}  # the deployment's
     assert plan["workers_needed"] >= 1 and plan["binding"] in {
         "compute",
@@ -121,7 +123,7 @@ async def test_a_viewer_gets_a_plan_from_the_rates_workers_report(gateway: Gatew
 
 async def test_slo_targets_in_the_body_replace_the_deployments(gateway: Gateway) -> None:
     client, view, _ = gateway
-    beat(view.workers, "w1", PROFILE)
+    beat(view.workers, "w1", COSTS)
     body = {**BODY, "ttft_p99_s": 0.5, "min_tokens_per_s": 1.0,
             "prompt_tokens": {"mean": 100, "p99": 400}}  # fmt: skip
     plan = (await client.post("/api/admin/plan", json=body, headers=VIEWER)).json()
@@ -129,13 +131,13 @@ async def test_slo_targets_in_the_body_replace_the_deployments(gateway: Gateway)
     assert plan["prompt_tokens"] == {"mean": 100.0, "p99": 400.0}
 
 
-async def test_a_deployment_not_yet_measured_gets_409_saying_send_traffic(gateway: Gateway) -> None:
+async def test_a_deployment_without_costs_gets_409_saying_why(gateway: Gateway) -> None:
     client, view, _ = gateway
     beat(view.workers, "w1", None)
     response = await client.post("/api/admin/plan", json=BODY, headers=VIEWER)
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "not_measured"
-    assert "send it some traffic" in response.json()["error"]["message"]
+    assert "reports its step costs" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -153,7 +155,7 @@ async def test_bad_input_gets_400_naming_the_field(
     gateway: Gateway, change: dict[str, object], param: str | None, fragment: str
 ) -> None:
     client, view, _ = gateway
-    beat(view.workers, "w1", PROFILE)
+    beat(view.workers, "w1", COSTS)
     response = await client.post("/api/admin/plan", json={**BODY, **change}, headers=VIEWER)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
@@ -164,7 +166,7 @@ async def test_bad_input_gets_400_naming_the_field(
 
 async def test_an_unknown_deployment_gets_404_and_no_credentials_401(gateway: Gateway) -> None:
     client, view, _ = gateway
-    beat(view.workers, "w1", PROFILE)
+    beat(view.workers, "w1", COSTS)
     missing = await client.post(
         "/api/admin/plan", json={**BODY, "deployment": "nope"}, headers=VIEWER
     )
@@ -176,7 +178,7 @@ async def test_an_unknown_deployment_gets_404_and_no_credentials_401(gateway: Ga
 
 async def test_a_plan_asked_while_another_is_computed_gets_429(gateway: Gateway) -> None:
     client, view, planner = gateway
-    beat(view.workers, "w1", PROFILE)
+    beat(view.workers, "w1", COSTS)
     async with planner.lock:  # another plan is being computed
         busy = await client.post("/api/admin/plan", json=BODY, headers=VIEWER)
     assert busy.status_code == 429
@@ -190,7 +192,7 @@ async def test_the_plan_is_in_the_openapi_schema(gateway: Gateway) -> None:
     schema = (await client.get("/schema/openapi.json")).json()
     operation = schema["paths"]["/api/admin/plan"]["post"]
     assert {"200", "400", "404", "409", "429"} <= set(operation["responses"])
-    assert "send traffic" in operation["description"]
+    assert "workers_needed" in operation["description"]
 
 
 @pytest.mark.parametrize(
@@ -211,7 +213,7 @@ async def test_vigil_plan_prints_the_plan_or_says_what_is_wrong(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     asgi, view, _ = app
-    beat(view.workers, "w1", PROFILE)
+    beat(view.workers, "w1", COSTS)
     async with serving(asgi) as url:
 
         def plan(*flags: str) -> int:
@@ -229,6 +231,10 @@ async def test_vigil_plan_prints_the_plan_or_says_what_is_wrong(
         bad = ["--prompt-tokens", "lots", "--output-tokens", "32"]
         assert await asyncio.to_thread(plan, "--rps", "3", *bad) == 2
         assert "give tokens as 200" in capsys.readouterr().err
+        # A target no number of workers meets: the plan is printed, and the exit says so.
+        assert await asyncio.to_thread(plan, "--rps", "3", "--ttft-p99", "0.01", *sizes) == 1
+        out = capsys.readouterr().out
+        assert "none suffices" in out and "no number of workers helps" in out
         beat(view.workers, "w1", None)
         assert await asyncio.to_thread(plan, "--rps", "3", *sizes) == 2
-        assert "409" in (err := capsys.readouterr().err) and "send it some traffic" in err
+        assert "409" in (err := capsys.readouterr().err) and "step costs" in err

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from vigil.platform.forecast.costs import DecodePoint, StepCosts
 from vigil.platform.planning.load import (
     LoadError,
     SLOTarget,
@@ -17,12 +18,18 @@ from vigil.platform.planning.load import (
     lognormal,
 )
 from vigil.platform.planning.planner import plan, predict
-from vigil.platform.planning.rates import DecodePoint, MeasuredRates, slowest
+from vigil.platform.planning.rates import MeasuredRates, slowest
 from vigil.platform.planning.simulate import Resource, simulate
 
-RATES = MeasuredRates(
-    prefill_tokens_per_s=1000.0,
+COSTS = StepCosts(
     decode=(DecodePoint(1, 0.02), DecodePoint(8, 0.04), DecodePoint(32, 0.08)),
+    mixed_s=0.01,
+    seq_s=0.002,
+    token_s=0.001,
+    pair_s=0.0,
+)
+RATES = MeasuredRates(
+    costs=COSTS,
     num_kv_blocks=1024,
     block_size=16,
     kv_bytes_per_token=46080,
@@ -34,23 +41,28 @@ SLO = SLOTarget(ttft_p99_s=2.0, min_tokens_per_s=5.0)
 N = 300  # requests per simulated run: enough for these checks, and quick
 
 
-def test_decode_step_time_is_interpolated_and_grows_a_token_per_sequence_past_the_table() -> None:
+def test_decode_step_time_is_interpolated_and_extrapolated_by_the_last_slope() -> None:
     assert RATES.decode_s(0) == 0.0
     assert RATES.decode_s(1) == 0.02
     assert RATES.decode_s(4.5) == pytest.approx(0.03)
     assert RATES.decode_s(32) == 0.08
-    assert RATES.decode_s(42) == pytest.approx(0.08 + 10 / 1000)
+    assert RATES.decode_s(42) == pytest.approx(0.08 + 10 * (0.04 / 24))
     assert RATES.step_s(8, 8) == 0.04  # decoding only
-    assert RATES.step_s(8, 500) == pytest.approx(0.04 + 492 / 1000)
+    # A step that prefills is a line of its own: fixed, per sequence, per token, per pair.
+    assert RATES.step_s(8, 500) == pytest.approx(0.01 + 8 * 0.002 + 492 / 1000)
+    assert RATES.step_s(1, 100, 5050) == pytest.approx(0.01 + 0.002 + 99 / 1000)
+    paired = replace(RATES, costs=replace(COSTS, pair_s=0.0001))
+    assert paired.step_s(1, 100, 5050) == pytest.approx(0.111 + 5.05 * 0.0001)
 
 
 def test_several_workers_plan_as_the_slowest_of_each() -> None:
-    fast = replace(RATES, prefill_tokens_per_s=2000.0, num_kv_blocks=2048)
-    slow = replace(RATES, decode=(DecodePoint(1, 0.03), DecodePoint(16, 0.05)), max_num_seqs=16)
+    fast = replace(RATES, costs=replace(COSTS, token_s=0.0005), num_kv_blocks=2048)
+    slow_costs = replace(COSTS, decode=(DecodePoint(1, 0.03), DecodePoint(16, 0.05)))
+    slow = replace(RATES, costs=slow_costs, max_num_seqs=16)
     merged = slowest([fast, slow])
-    assert merged.prefill_tokens_per_s == 1000.0
+    assert merged.costs.token_s == 0.001
     assert merged.num_kv_blocks == 1024 and merged.max_num_seqs == 16
-    assert [p.batch_size for p in merged.decode] == [1, 8, 16, 32]
+    assert [p.batch_size for p in merged.costs.decode] == [1, 8, 16, 32]
     assert merged.decode_s(1) == 0.03 and merged.decode_s(8) == 0.04
 
 
@@ -91,7 +103,7 @@ def test_a_request_alone_gets_its_prompt_step_then_one_decode_step_per_token() -
     # 20 requests 1000 s apart: each runs alone.
     load = TargetLoad(0.001, fixed(300), fixed(11))
     sim = simulate(RATES, load, 0.001, num_requests=20, seed=0, abandon_s=10)
-    assert sim.ttft_s == pytest.approx([0.02 + 299 / 1000] * 16)
+    assert sim.ttft_s == pytest.approx([0.01 + 0.002 + 299 / 1000] * 16)
     assert sim.stream_tokens_per_s == pytest.approx([1 / 0.02] * 16)
     assert sim.num_preemptions == 0 and not sim.overloaded
 

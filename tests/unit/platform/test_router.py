@@ -27,20 +27,19 @@ def test_score_adds_slot_share_and_kv_usage() -> None:
 
 
 def test_a_queued_long_prompt_outweighs_a_few_running_requests() -> None:
-    # One 1,500-token prompt still to prefill at 1,000 tokens/s: 1.5 s of backlog, more
+    # One 1,500-token prompt still to prefill at 1 ms a token: 1.5 s of backlog, more
     # than a full batch; two running short requests are a tenth of one.
-    prefilling = ReplicaLoad(
-        "a", 1, SLOTS, 0.0, pending_prompt_tokens=1500, prefill_tokens_per_s=1000.0
-    )
-    decoding = ReplicaLoad("b", 2, SLOTS, 0.0, prefill_tokens_per_s=1000.0)
+    prefilling = ReplicaLoad("a", 1, SLOTS, 0.0, pending_prompt_tokens=1500, pending_prefill_s=1.5)
+    decoding = ReplicaLoad("b", 2, SLOTS, 0.0, pending_prefill_s=0.0)
     assert prefilling.score == 1 / SLOTS + 1.5
     router = Router(random.Random(5))
     assert router.choose("v", [prefilling, decoding], None).replica == "b"
     # On a device that prefills 100x faster the same prompt is a blip: counts decide.
-    fast = ReplicaLoad(
-        "a", 1, SLOTS, 0.0, pending_prompt_tokens=1500, prefill_tokens_per_s=100_000.0
-    )
+    fast = ReplicaLoad("a", 1, SLOTS, 0.0, pending_prompt_tokens=1500, pending_prefill_s=0.015)
     assert router.choose("v", [fast, decoding], None).replica == "a"
+    # A replica that reports no step costs is taken to prefill 2,048 tokens a second.
+    unmeasured = ReplicaLoad("a", 1, SLOTS, 0.0, pending_prompt_tokens=2048)
+    assert unmeasured.score == 1 / SLOTS + 1.0
 
 
 def test_two_replicas_always_gives_the_less_loaded() -> None:

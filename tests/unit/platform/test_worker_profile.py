@@ -1,59 +1,124 @@
-"""A worker's step profile: decode step time by batch size and prefill seconds per token,
-from the engine's own step records, kept while the engine idles."""
+"""A worker's step profile: step costs fitted from the engine's own step records, the
+calibration as a prior that stays, live steps that fade, and the costs in the heartbeat."""
 
 from __future__ import annotations
 
 import pytest
 
-from vigil.engine.stats import StepStats
-from vigil.platform.worker.profile import StepProfile, bucket_of
-from vigil.platform.worker.protocol import profile_wire
+from vigil.engine.stats import StepStats, prefill_pairs_of
+from vigil.platform.forecast.costs import DecodePoint, StepCosts
+from vigil.platform.worker.profile import DECAY_S, StepProfile, bucket_of
+from vigil.platform.worker.protocol import CostsWire
+
+TRUE = StepCosts(
+    decode=(DecodePoint(1, 0.02), DecodePoint(4, 0.03), DecodePoint(16, 0.06)),
+    mixed_s=0.01,
+    seq_s=0.002,
+    token_s=0.001,
+    pair_s=0.0,
+)
 
 
-def step(num_seqs: int, num_tokens: int, num_decodes: int, total_s: float) -> StepStats:
-    return StepStats(num_seqs, num_tokens, num_decodes, 0.0, 0.0, total_s, 0.0, 0.0)
+def step(num_seqs: int, num_tokens: int, total_s: float, pairs: int = 0) -> StepStats:
+    num_decodes = num_seqs if num_tokens == num_seqs else num_seqs - 1
+    return StepStats(num_seqs, num_tokens, num_decodes, 0.0, 0.0, total_s, 0.0, 0.0, 0, pairs)
+
+
+def timed(costs: StepCosts, num_seqs: int, num_tokens: int, pairs: int = 0) -> StepStats:
+    return step(num_seqs, num_tokens, costs.step_s(num_seqs, num_tokens, pairs), pairs)
+
+
+def calibration(costs: StepCosts = TRUE) -> list[StepStats]:
+    """As engine/calibrate.py runs it: a staircase of batches that each grow by a step
+    of short prompts, then decode; then prompts alone."""
+    out = []
+    running = 0
+    for size in (1, 2, 4, 8, 16):
+        new = size - running
+        out.append(timed(costs, size, running + 8 * new, new * prefill_pairs_of(0, 8)))
+        out += [timed(costs, size, size)] * 2
+        running = size
+    for n in (64, 256):
+        out.append(timed(costs, 1, n, prefill_pairs_of(0, n)))
+    return out
 
 
 def test_buckets_are_powers_of_two_of_the_batch() -> None:
     assert [bucket_of(n) for n in (1, 2, 3, 4, 7, 8, 31, 32)] == [0, 1, 1, 2, 2, 3, 4, 5]
 
 
-def test_the_first_step_is_warm_up_and_decode_steps_fill_their_buckets() -> None:
+def test_nothing_is_known_before_a_decode_step() -> None:
     profile = StepProfile()
-    profile.observe(step(1, 1, 1, 5.0))  # warm-up: compile, first allocations
-    assert profile.decode_points() == []
-    for _ in range(3):
-        profile.observe(step(1, 1, 1, 0.02))
-    profile.observe(step(5, 5, 5, 0.04))
-    profile.observe(step(7, 7, 7, 0.04))
-    points = profile.decode_points()
-    assert [(p.batch_size, p.step_s, p.num_steps) for p in points] == [
-        (1.0, 0.02, 3),
-        (6.0, 0.04, 2),
+    assert profile.costs(now_ts=0.0) is None
+    profile.observe(step(1, 200, 0.3), now_ts=0.0)  # a prompt alone: no decode time yet
+    assert profile.costs(now_ts=0.0) is None
+    profile.observe(step(1, 1, 0.02), now_ts=0.0)
+    costs = profile.costs(now_ts=0.0)
+    assert costs is not None and costs.decode_s(1) == 0.02
+
+
+def test_the_calibration_recovers_the_costs_it_was_run_with() -> None:
+    profile = StepProfile()
+    profile.calibrate(calibration())
+    costs = profile.costs(now_ts=0.0)
+    assert costs is not None
+    assert [(p.batch_size, p.step_s) for p in costs.decode] == [
+        (1, 0.02),
+        (2, pytest.approx(0.02 + 0.01 / 3)),
+        (4, 0.03),
+        (8, pytest.approx(0.04)),
+        (16, pytest.approx(0.06)),
     ]
-    assert profile.decode_step_s(1) == 0.02
-    assert profile.decode_step_s(3.5) == pytest.approx(0.03)
-    assert profile.decode_step_s(40) == 0.04  # flat past the last bucket
+    assert (costs.mixed_s, costs.seq_s, costs.token_s) == pytest.approx((0.01, 0.002, 0.001))
+    assert costs.pair_s == pytest.approx(0.0, abs=1e-9)
 
 
-def test_prefill_is_charged_what_the_step_took_beyond_a_decode_step_of_its_batch() -> None:
+def test_long_prompts_teach_the_attention_cost_and_short_ones_do_not_make_it_up() -> None:
+    quadratic = StepCosts(TRUE.decode, 0.01, 0.002, 0.001, pair_s=0.00005)
     profile = StepProfile()
-    profile.observe(step(1, 1, 1, 1.0))  # warm-up
-    profile.observe(step(1, 200, 0, 0.3))  # no decode measured yet to tell its base by
-    assert profile.prefill_tokens_per_s is None
-    profile.observe(step(1, 1, 1, 0.02))
-    profile.observe(step(2, 201, 1, 0.22))  # 200 prompt tokens beside one decode
-    assert profile.prefill_tokens_per_s == pytest.approx(199 / 0.2)
-    profile.observe(step(1, 300, 0, 0.3))  # a prompt alone
-    assert profile.prefill_tokens_per_s == pytest.approx((199 + 299) / (0.2 + 0.28))
-    profile.observe(step(1, 11, 0, 0.01))  # quicker than its base: no time, not negative
-    assert profile.prefill_tokens_per_s == pytest.approx((199 + 299 + 10) / (0.2 + 0.28))
+    profile.calibrate(calibration(quadratic))  # prompts up to 256 tokens: too short to tell
+    costs = profile.costs(now_ts=0.0)
+    assert costs is not None and costs.pair_s < 0.00001
+    for n in (1000, 1500, 2000, 1200, 1800):
+        profile.observe(timed(quadratic, 1, n, prefill_pairs_of(0, n)), now_ts=0.0)
+    learnt = profile.costs(now_ts=0.0)
+    assert learnt is not None
+    assert learnt.pair_s == pytest.approx(0.00005, rel=0.1)
+    assert learnt.step_s(1, 2000, prefill_pairs_of(0, 2000)) == pytest.approx(
+        quadratic.step_s(1, 2000, prefill_pairs_of(0, 2000)), rel=0.02
+    )
 
 
-def test_the_profile_goes_up_in_the_heartbeat_as_measured() -> None:
+def test_live_steps_outweigh_the_calibration_and_fade_back_to_it() -> None:
     profile = StepProfile()
-    for s in (step(1, 1, 1, 1.0), step(1, 1, 1, 0.02), step(1, 100, 0, 0.1)):
-        profile.observe(s)
-    wire = profile_wire(profile)
-    assert wire.prefill_tokens_per_s == pytest.approx(99 / 0.08)
-    assert [(p.batch_size, p.step_s) for p in wire.decode] == [(1.0, 0.02)]
+    profile.calibrate(calibration())
+    slow = StepCosts(tuple(DecodePoint(p.batch_size, 3 * p.step_s) for p in TRUE.decode),
+                     0.03, 0.006, 0.003, 0.0)  # fmt: skip
+    for i in range(200):  # 20 s of a machine three times slower
+        profile.observe(timed(slow, 8, 8), now_ts=100.0 + i / 10)
+        profile.observe(timed(slow, 9, 9 + 40, prefill_pairs_of(0, 41)), now_ts=100.0 + i / 10)
+    busy = profile.costs(now_ts=120.0)
+    assert busy is not None
+    assert busy.decode_s(8) == pytest.approx(3 * 0.04, rel=0.05)
+    assert busy.step_s(9, 49) == pytest.approx(slow.step_s(9, 49), rel=0.05)
+    # Ten minutes on, a live step weighs e^-10 of what it did: the calibration's again.
+    later = profile.costs(now_ts=120.0 + 10 * DECAY_S)
+    assert later is not None
+    assert later.decode_s(8) == pytest.approx(0.04, rel=0.01)
+    assert later.step_s(9, 49) == pytest.approx(TRUE.step_s(9, 49), rel=0.01)
+
+
+def test_a_bigger_batch_never_costs_less_whatever_the_noise() -> None:
+    profile = StepProfile()
+    profile.calibrate([step(1, 1, 0.05), step(2, 2, 0.11), step(4, 4, 0.09), step(8, 8, 0.12)])
+    costs = profile.costs(now_ts=0.0)
+    assert costs is not None
+    assert [p.step_s for p in costs.decode] == [0.05, 0.11, 0.11, 0.12]
+
+
+def test_the_costs_go_up_in_the_heartbeat_as_fitted() -> None:
+    profile = StepProfile()
+    profile.calibrate(calibration())
+    costs = profile.costs(now_ts=0.0)
+    assert costs is not None
+    assert CostsWire.of(costs).costs() == costs
