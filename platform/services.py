@@ -36,8 +36,9 @@ from vigil.platform.gateway.shadow import ShadowMirror
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
+from vigil.platform.planning.measured import recovery
 from vigil.platform.settings import ServeSettings
-from vigil.platform.slo.actions import ActionBoard
+from vigil.platform.slo.actions import ActionBoard, Recovery
 from vigil.platform.slo.loop import SLOLoop
 from vigil.platform.slo.metrics import AlertsCollector, SLOCollector
 from vigil.platform.slo.tracker import SLOTracker
@@ -123,6 +124,7 @@ class Services:
         specs = await self.plane.serving_view()
         self.view.set_deployments(specs)
         self.slos.set_targets({spec.name: spec.slo for spec in specs})
+        self.generation.offered.forget({spec.name for spec in specs})
         for version in self.view.versions_in_use():
             if version.kind is ModelKind.GENERATE:
                 self.tokenizers.get(version)  # start loading early
@@ -236,8 +238,27 @@ def build_services(
     router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
     plane = ControlPlane(session_factory(db), model_dirs=settings.resolved_model_dirs)
+    generation = GenerationService(
+        view,
+        tokenizers,
+        router,
+        loads,
+        link,
+        settings.max_prompt_chars,
+        actions,
+        ShadowMirror(metrics),
+    )
+
+    async def recover(spec: DeploymentSpec) -> Recovery | None:
+        return await recovery(view, generation.offered, spec)
+
     slo_loop = SLOLoop(
-        slos, actions, plane, lambda: view.deployments, lambda spec: view.serving(spec).key
+        slos,
+        actions,
+        plane,
+        lambda: view.deployments,
+        lambda spec: view.serving(spec).key,
+        recover=recover,
     )
     registry.register(AlertsCollector(lambda: slo_loop.firing))
     sign_ins = SignInThrottle(settings.throttle_storage_uri)
@@ -255,16 +276,7 @@ def build_services(
         view=view,
         tokenizers=tokenizers,
         loads=loads,
-        generation=GenerationService(
-            view,
-            tokenizers,
-            router,
-            loads,
-            link,
-            settings.max_prompt_chars,
-            actions,
-            ShadowMirror(metrics),
-        ),
+        generation=generation,
         embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
         auth=Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(sign_ins.storage)),

@@ -62,6 +62,7 @@ from vigil.platform.gateway.shadow import PRIORITY as SHADOW_PRIORITY
 from vigil.platform.gateway.shadow import Dropped, ShadowMirror
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica
+from vigil.platform.planning.offered import OfferedLoad
 from vigil.platform.slo.actions import ActionBoard
 from vigil.platform.telemetry.context import current
 from vigil.platform.worker.protocol import stats_of
@@ -110,6 +111,7 @@ class GenerationService:
         self.max_prompt_chars = max_prompt_chars
         self.actions = actions
         self.shadows = shadows
+        self.offered = OfferedLoad()  # what each deployment is asked, for the SLO loop
 
     async def start(
         self, params: GenerationParams, principal: Principal, arrival_ts: float
@@ -185,6 +187,9 @@ class GenerationService:
         deployment instead, when it is ready and the request fits its limits (else the
         request stays, and the response says why)."""
         place = await self._place(spec, params)
+        if priority is Priority.INTERACTIVE:
+            expected = self.loads.expected_output(place.key, place.max_tokens)
+            self.offered.add(spec.name, len(place.prompt_ids), expected)
         actions = self.actions.get(spec.name)
         admission = decide(priority, len(place.prompt_ids), place.load, spec, actions=actions)
         route = Route()

@@ -209,6 +209,11 @@ class LoadBook:
         if outcome in (Outcome.STOP, Outcome.LENGTH):
             engine.outputs.append(lease.num_output_tokens)
 
+    def expected_output(self, engine_key: str, max_tokens: int) -> int:
+        """How many tokens a new request of this max_tokens is expected to produce there."""
+        engine = self._engines.get(engine_key) or _Engine()
+        return _TokensLeft(engine.outputs)(max_tokens, 0)
+
     def num_open(self) -> int:
         return sum(len(e.open) for e in self._engines.values())
 

@@ -9,11 +9,16 @@ a long-prompt pool's).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
+from vigil.platform.errors import VigilError
 from vigil.platform.gateway.serving import ServingView
+from vigil.platform.planning.load import SLOTarget
+from vigil.platform.planning.offered import OfferedLoad, ttft_p99_at
 from vigil.platform.planning.rates import MeasuredRates, slowest
+from vigil.platform.slo.actions import Recovery
 from vigil.platform.worker.protocol import SlotReport
 
 
@@ -54,3 +59,21 @@ def deployment_rates(view: ServingView, name: str) -> DeploymentRates:
         len(replicas),
         len(measured),
     )
+
+
+async def recovery(
+    view: ServingView, offered: OfferedLoad, spec: DeploymentSpec
+) -> Recovery | None:
+    """How the deployment's own workers would do under the interactive load offered to it
+    now (a simulation of a few tens of milliseconds, off the event loop); None when no
+    worker serving it reports step costs."""
+    try:
+        measured = deployment_rates(view, spec.name)
+    except VigilError:
+        return None
+    if measured.rates is None:
+        return None
+    load = offered.load(spec.name)
+    target = SLOTarget(spec.slo.ttft_p99_s, spec.slo.min_tokens_per_s)
+    p99 = await asyncio.to_thread(ttft_p99_at, measured.rates, load, measured.num_measured, target)
+    return Recovery(p99, load.rps if load is not None else 0.0, spec.slo.ttft_p99_s)

@@ -4,14 +4,18 @@ about it, each step recorded as a decision with the numbers that caused it.
 - Alerts: an SLI whose burn calls for a page or a ticket fires one (once per episode;
   its fingerprint names deployment, SLI and severity) and resolves it when the short
   window has cleared, which is what keeps it from flapping.
-- Actions, while a page-level burn goes on: batch traffic is shed first; if the burn is
-  still on `hold_s` later and the deployment has a fallback, new interactive requests
-  go to it. Once the burn has stopped for `hold_s`, the fallback is switched off, and
-  after another `hold_s`, batch shedding (hysteresis, so one quiet second changes
-  nothing). A page starts the actions; once they are on, the burn goes on as long as
-  the fast page rule's long window (1 h of 30 days) is over its threshold. The short
-  window is what resolves an alert fast, and under shedding it is often empty: that is
-  no evidence the burn stopped.
+- Actions, while a page-level burn goes on: batch traffic is shed first; if a page still
+  burns `hold_s` later and the deployment has a fallback, new interactive requests go
+  to it. The fallback is switched back once the deployment's own workers are forecast
+  to meet RECOVERY_SHARE of its TTFT target under the interactive load offered to it
+  now (planning/offered.py: every request asked of it, wherever it went), for
+  `recovery_hold_s`: its own windows empty while the fallback takes its traffic, so
+  they cannot tell, and switching back on them alone cycles under sustained load.
+  Batch shedding ends `hold_s` after the fallback, once the burn has stopped. A page
+  starts the actions; once they are on, the burn goes on as long as the fast page
+  rule's long window (1 h of 30 days) is over its threshold. The short window is what
+  resolves an alert fast, and under shedding it is often empty: that is no evidence the
+  burn stopped.
 - Canary: a canary whose bad share of some SLI is worse than its stable version's by
   more than the SLO's rollback_margin, once both have served rollback_min_requests in
   the window, is rolled back by `system`.
@@ -24,14 +28,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from vigil.platform.control.alerts.records import fingerprint
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import DeploymentSpec
 from vigil.platform.control.webhooks.records import WebhookEvent
-from vigil.platform.slo.actions import NO_ACTIONS, ActionBoard, SLOActions
+from vigil.platform.slo.actions import (
+    NO_ACTIONS,
+    RECOVERY_SHARE,
+    ActionBoard,
+    Recovery,
+    SLOActions,
+)
 from vigil.platform.slo.burn import Severity, scaled_rules
 from vigil.platform.slo.sli import ALERTING, SLI
 from vigil.platform.slo.tracker import DeploymentSLO, SLIStatus, SLOTracker
@@ -39,12 +49,14 @@ from vigil.platform.slo.tracker import DeploymentSLO, SLIStatus, SLOTracker
 log = logging.getLogger(__name__)
 
 MIN_HOLD_S = 1.0
+MAX_RECOVERY_HOLD_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
 class ActionState:
     actions: SLOActions = NO_ACTIONS
     changed_ts: float = 0.0  # when the actions last changed
+    recovered_since_ts: float | None = None  # the fallback's deployment could take it back
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,22 +65,42 @@ class Change:
     on: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Signals:
+    paging: bool  # a page rule's two windows both burn now
+    burning: bool  # paging, or while acting, the fast page rule's long window over it
+    recovered: bool | None  # while falling back: Recovery.ok (None: no forecast to go by)
+
+
 def plan_actions(
-    state: ActionState, burning: bool, has_fallback: bool, now_ts: float, hold_s: float
+    state: ActionState,
+    signals: Signals,
+    has_fallback: bool,
+    now_ts: float,
+    hold_s: float,
+    recovery_hold_s: float,
 ) -> tuple[ActionState, Change | None]:
-    """At most one step at a time, each `hold_s` after the one before."""
+    """At most one step at a time. Batch shedding goes on with the burn and off a hold
+    after it stops; the fallback goes on when a page still burns a hold after the
+    shedding began, and off once the forecast has said the deployment could take its
+    load back for recovery_hold_s (or, with no forecast, the burn has stopped as long)."""
     a, held = state.actions, now_ts - state.changed_ts >= hold_s
+    since = None
+    if a.fallback:
+        ok = signals.recovered if signals.recovered is not None else not signals.burning
+        if ok:
+            since = state.recovered_since_ts if state.recovered_since_ts is not None else now_ts
     change: Change | None = None
-    if burning and not a.shed_batch:
+    if signals.burning and not a.shed_batch:
         change = Change("shed_batch", True)
-    elif burning and has_fallback and not a.fallback and held:
+    elif signals.paging and has_fallback and not a.fallback and held:
         change = Change("fallback", True)
-    elif not burning and a.fallback and held:
+    elif a.fallback and since is not None and now_ts - since >= recovery_hold_s:
         change = Change("fallback", False)
-    elif not burning and a.shed_batch and not a.fallback and held:
+    elif not signals.burning and a.shed_batch and not a.fallback and held:
         change = Change("shed_batch", False)
     if change is None:
-        return state, None
+        return replace(state, recovered_since_ts=since), None
     actions = replace(a, **{change.kind: change.on})
     return ActionState(actions, now_ts), change
 
@@ -76,6 +108,13 @@ def plan_actions(
 def hold_s(window_s: float) -> float:
     """The first page rule's long window (5 s for a 1-hour SLO, an hour for 30 days)."""
     return max(MIN_HOLD_S, scaled_rules(window_s)[0].long_s)
+
+
+def recovery_hold_s(window_s: float) -> float:
+    """How long a fallback's deployment must be forecast to cope before it takes its
+    traffic back: a hold, up to MAX_RECOVERY_HOLD_S (the forecast is fresh evidence; an
+    hour of it is not needed)."""
+    return min(hold_s(window_s), MAX_RECOVERY_HOLD_S)
 
 
 def paging(status: DeploymentSLO) -> list[SLIStatus]:
@@ -136,15 +175,18 @@ class SLOLoop:
         deployments: Callable[[], dict[str, DeploymentSpec]],
         serving: Callable[[DeploymentSpec], str],
         clock: Callable[[], float] = time.monotonic,
+        recover: Callable[[DeploymentSpec], Awaitable[Recovery | None]] | None = None,
     ) -> None:
         """`deployments`: the serving view's; `serving`: the key of the stable version
-        now serving a deployment (its canary is compared with that one)."""
+        now serving a deployment (its canary is compared with that one); `recover`: how
+        a deployment whose traffic goes to its fallback would do under it now."""
         self.tracker = tracker
         self.board = board
         self.plane = plane
         self._deployments = deployments
         self._serving = serving
         self._clock = clock
+        self._recover = recover
         self.firing: dict[str, str] = {}  # fingerprint -> severity, of alerts firing now
         self._states: dict[str, ActionState] = {}
         self._shadows_judged: dict[str, str] = {}  # deployment -> shadow found worse
@@ -198,27 +240,51 @@ class SLOLoop:
     async def _actions(self, spec: DeploymentSpec, status: DeploymentSLO, now: float) -> None:
         state = self._states.get(spec.name, ActionState(changed_ts=now))
         acting = state.actions != NO_ACTIONS
-        burning = burning_long(status) if acting else paging(status)
+        paged = paging(status)
+        burning = paged or (burning_long(status) if acting else [])
+        recovery = None
+        if state.actions.fallback and self._recover is not None:
+            recovery = await self._recover(spec)
+        signals = Signals(bool(paged), bool(burning), recovery.ok if recovery else None)
+        window_s = status.slo.window_s
         new, change = plan_actions(
-            state, bool(burning), spec.fallback is not None, now, hold_s(status.slo.window_s)
+            state,
+            signals,
+            spec.fallback is not None,
+            now,
+            hold_s(window_s),
+            recovery_hold_s(window_s),
         )
+        self._states[spec.name] = new
         if change is None:
             return
-        self._states[spec.name] = new
         self.board.set(spec.name, new.actions)
         what = {
             "shed_batch": "batch traffic shed",
             "fallback": "interactive traffic to "
             f"{spec.fallback.deployment if spec.fallback else ''}",
         }[change.kind]
+        details: dict[str, object] = {
+            s.sli.value: _rates(s) for s in (burning or status.slis.values()) if s.sli in ALERTING
+        }
         if change.on:
             slis = ", ".join(s.sli.value for s in burning)
             reason = f"{spec.name}: {what}, while the {slis} SLO burns its budget page-fast"
+        elif change.kind == "fallback" and recovery is not None:
+            reason = (
+                f"{spec.name}: {what} no more: at the {recovery.offered_rps:.3g} interactive "
+                f"requests/s offered, its own workers are forecast a TTFT p99 of "
+                f"{recovery.ttft_p99_s:.3g} s, within {RECOVERY_SHARE:.0%} of its "
+                f"{recovery.target_s:g} s target, for {recovery_hold_s(window_s):g} s"
+            )
+            details["forecast"] = {
+                "ttft_p99_s": round(recovery.ttft_p99_s, 4),
+                "offered_rps": round(recovery.offered_rps, 3),
+                "target_s": recovery.target_s,
+                "recovery_share": RECOVERY_SHARE,
+            }
         else:
             reason = f"{spec.name}: {what} no more, the burn has stopped"
-        details = {
-            s.sli.value: _rates(s) for s in (burning or status.slis.values()) if s.sli in ALERTING
-        }
         event = WebhookEvent.SHED if change.kind == "shed_batch" else WebhookEvent.FALLBACK
         await self.plane.alerts.decide(
             spec.name, change.kind, "on" if change.on else "off", reason, details, event, change.on

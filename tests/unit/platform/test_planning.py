@@ -17,6 +17,7 @@ from vigil.platform.planning.load import (
     lengths_of,
     lognormal,
 )
+from vigil.platform.planning.offered import OFFERED_WINDOW_S, OfferedLoad, ttft_p99_at
 from vigil.platform.planning.planner import plan, predict
 from vigil.platform.planning.rates import MeasuredRates, slowest
 from vigil.platform.planning.simulate import Resource, simulate
@@ -178,3 +179,30 @@ def test_a_slo_no_worker_meets_alone_needs_no_number_of_workers() -> None:
 def test_a_load_needing_too_many_workers_is_refused() -> None:
     with pytest.raises(LoadError, match="needs over"):
         plan(RATES, TargetLoad(1e7, fixed(200), fixed(32)), SLO, num_requests=N)
+
+
+def test_the_load_offered_is_what_was_asked_over_the_last_window() -> None:
+    offered = OfferedLoad()
+    assert offered.load("chat", now_ts=0.0) is None
+    for i in range(60):  # two a second for 30 s
+        offered.add("chat", 100 + i, 20, now_ts=i / 2)
+    load = offered.load("chat", now_ts=30.0)
+    assert load is not None and load.rps == pytest.approx(60 / OFFERED_WINDOW_S)
+    assert load.prompt.mean == pytest.approx(129.5) and load.output.mean == 20
+    later = offered.load("chat", now_ts=45.0)  # the first half has left the window
+    assert later is not None and later.rps == pytest.approx(30 / OFFERED_WINDOW_S)
+    assert offered.load("chat", now_ts=100.0) is None
+    offered.add("gone", 10, 10, now_ts=0.0)
+    offered.forget({"chat"})
+    assert offered.load("gone", now_ts=0.0) is None
+
+
+def test_the_ttft_forecast_at_the_offered_load_is_the_planners() -> None:
+    light = TargetLoad(0.5, fixed(100), fixed(16))
+    p99 = ttft_p99_at(RATES, light, num_workers=1, slo=SLO)
+    assert 0.1 < p99 < 0.5  # a prompt step or so: nobody waits at half a request a second
+    assert ttft_p99_at(RATES, None, num_workers=1, slo=SLO) == 0.0  # nothing offered
+    heavy = TargetLoad(200.0, fixed(500), fixed(64))
+    assert ttft_p99_at(RATES, heavy, num_workers=1, slo=SLO) == float("inf")
+    # Shared by more workers, the same load is lighter on each.
+    assert ttft_p99_at(RATES, heavy, num_workers=1000, slo=SLO) < SLO.ttft_p99_s

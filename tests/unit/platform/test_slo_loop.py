@@ -26,8 +26,8 @@ from vigil.platform.control.specs import (
     SLOTargets,
     bundled_version,
 )
-from vigil.platform.slo.actions import ActionBoard, SLOActions
-from vigil.platform.slo.loop import ActionState, Change, SLOLoop, plan_actions
+from vigil.platform.slo.actions import ActionBoard, Recovery, SLOActions
+from vigil.platform.slo.loop import ActionState, Change, Signals, SLOLoop, plan_actions
 from vigil.platform.slo.sli import SLI
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.recorder import Outcome, RequestRecord
@@ -51,23 +51,58 @@ def served(version: str, ttft_s: float) -> RequestRecord:
     return RequestRecord(SMOLLM2, version, Priority.INTERACTIVE, Outcome.LENGTH, 5, 20, clock)
 
 
+def signals(paging: bool, burning: bool | None = None, recovered: bool | None = None) -> Signals:
+    return Signals(paging, paging if burning is None else burning, recovered)
+
+
 def test_actions_step_up_and_down_one_at_a_time_with_a_hold() -> None:
-    s = ActionState(changed_ts=0.0)
-    s, c = plan_actions(s, burning=True, has_fallback=True, now_ts=1.0, hold_s=5.0)
+    def step(s: ActionState, sig: Signals, now: float, fallback: bool = True):  # type: ignore[no-untyped-def]
+        return plan_actions(s, sig, fallback, now_ts=now, hold_s=5.0, recovery_hold_s=5.0)
+
+    s, c = step(ActionState(changed_ts=0.0), signals(True), 1.0)
     assert c == Change("shed_batch", True)
-    s, c = plan_actions(s, True, True, now_ts=3.0, hold_s=5.0)
+    s, c = step(s, signals(True), 3.0)
     assert c is None  # not held long enough to escalate
-    s, c = plan_actions(s, True, True, now_ts=6.0, hold_s=5.0)
+    s, c = step(s, signals(True), 6.0)
     assert c == Change("fallback", True) and s.actions == SLOActions(True, True)
-    s, c = plan_actions(s, False, True, now_ts=8.0, hold_s=5.0)
+    # No forecast to go by: the fallback ends once the burn has stopped for the hold.
+    s, c = step(s, signals(False), 8.0)
     assert c is None  # one quiet moment changes nothing
-    s, c = plan_actions(s, False, True, now_ts=11.0, hold_s=5.0)
+    s, c = step(s, signals(False), 11.0)
+    assert c is None
+    s, c = step(s, signals(False), 13.0)
     assert c == Change("fallback", False)
-    s, c = plan_actions(s, False, True, now_ts=16.0, hold_s=5.0)
+    s, c = step(s, signals(False), 18.0)
     assert c == Change("shed_batch", False) and s.actions == SLOActions()
-    s, c = plan_actions(ActionState(), True, has_fallback=False, now_ts=100.0, hold_s=5.0)
-    s, c = plan_actions(s, True, has_fallback=False, now_ts=200.0, hold_s=5.0)
+    s, c = step(ActionState(), signals(True), 100.0, fallback=False)
+    s, c = step(s, signals(True), 200.0, fallback=False)
     assert c is None and s.actions == SLOActions(shed_batch=True)  # nothing to fall back to
+
+
+def test_the_fallback_goes_back_by_the_forecast_not_by_the_windows() -> None:
+    def step(s: ActionState, sig: Signals, now: float):  # type: ignore[no-untyped-def]
+        return plan_actions(s, sig, True, now_ts=now, hold_s=5.0, recovery_hold_s=3.0)
+
+    on = ActionState(SLOActions(True, True), changed_ts=0.0)
+    # The deployment's own windows still burn, but it is forecast to cope with the load
+    # offered: it takes it back once that has held for the recovery hold, unbroken.
+    s, c = step(on, signals(False, burning=True, recovered=True), 10.0)
+    s, c = step(s, signals(False, burning=True, recovered=False), 11.0)
+    s, c = step(s, signals(False, burning=True, recovered=True), 12.0)
+    s, c = step(s, signals(False, burning=True, recovered=True), 14.0)
+    assert c is None and s.recovered_since_ts == 12.0
+    s, c = step(s, signals(False, burning=True, recovered=True), 15.0)
+    assert c == Change("fallback", False)
+    # Its windows empty while the fallback takes its traffic: no reason to switch back.
+    s, c = step(on, signals(False, burning=False, recovered=False), 100.0)
+    assert c is None and s.actions.fallback
+    # Switched back, the long window's memory of the old burn does not send it over
+    # again: a page, a burn going on now, does.
+    back = ActionState(SLOActions(shed_batch=True), changed_ts=0.0)
+    s, c = step(back, signals(False, burning=True), 100.0)
+    assert c is None
+    s, c = step(back, signals(True), 100.0)
+    assert c == Change("fallback", True)
 
 
 @pytest.fixture
@@ -172,15 +207,13 @@ async def test_a_canary_worse_than_stable_is_rolled_back_by_the_system(
     assert decision.details["canary_bad"] == pytest.approx(0.3)
 
 
-async def test_an_empty_short_window_does_not_end_the_actions(plane: ControlPlane) -> None:
+async def test_an_empty_short_window_does_not_end_the_shedding(plane: ControlPlane) -> None:
     """Under shedding few requests are served: a short window with none in it is no
-    evidence the burn stopped, so the fallback still follows while the long window burns."""
+    evidence the burn stopped, so batch shedding holds while the long window burns."""
     clock = Clock()
     tracker, board = SLOTracker(clock), ActionBoard()
-    spec = DeploymentSpec(
-        SMOLLM2, STABLE, slo=SLO, fallback=FallbackSpec("lite", FallbackTrigger.QUEUE_WAIT, 9.0)
-    )
     tracker.set_targets({SMOLLM2: SLO})
+    spec = DeploymentSpec(SMOLLM2, STABLE, slo=SLO)
     loop = SLOLoop(tracker, board, plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock)
     for _ in range(20):
         tracker.record(served(STABLE.key, ttft_s=3.0))
@@ -190,14 +223,53 @@ async def test_an_empty_short_window_does_not_end_the_actions(plane: ControlPlan
     tracker.record(served(STABLE.key, ttft_s=3.0))
     clock.now_ts += 3.5  # nothing served since: both page rules' short windows are empty
     await loop.tick()  # and the hold has passed; the 5 s window still holds the burn
-    await loop.tick()
-    assert board.get(SMOLLM2) == SLOActions(shed_batch=True, fallback=True)
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
     clock.now_ts += 5.0  # the long window has emptied: the burn is over
     await loop.tick()
-    assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
-    clock.now_ts += 5.0
-    await loop.tick()
     assert board.get(SMOLLM2) == SLOActions()
+
+
+async def test_the_fallback_ends_when_the_deployment_is_forecast_to_cope(
+    plane: ControlPlane,
+) -> None:
+    clock = Clock()
+    tracker, board = SLOTracker(clock), ActionBoard()
+    spec = DeploymentSpec(
+        SMOLLM2, STABLE, slo=SLO, fallback=FallbackSpec("lite", FallbackTrigger.QUEUE_WAIT, 9.0)
+    )
+    tracker.set_targets({SMOLLM2: SLO})
+    forecast = {"ttft_p99_s": 3.0}
+
+    async def recover(_: DeploymentSpec) -> Recovery:
+        return Recovery(forecast["ttft_p99_s"], offered_rps=4.0, target_s=SLO.ttft_p99_s)
+
+    loop = SLOLoop(
+        tracker, board, plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock, recover
+    )
+    for _ in range(20):
+        tracker.record(served(STABLE.key, ttft_s=3.0))
+    await loop.tick()
+    clock.now_ts += 5.0
+    for _ in range(20):  # still burning a hold later: over to the fallback
+        tracker.record(served(STABLE.key, ttft_s=3.0))
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True, fallback=True)
+    clock.now_ts += 60.0  # every window empty (its traffic is elsewhere): not enough
+    await loop.tick()
+    assert board.get(SMOLLM2).fallback
+    forecast["ttft_p99_s"] = 0.7  # within 80% of the 1 s target at the load offered
+    await loop.tick()
+    clock.now_ts += 5.0  # the recovery hold (that of a 1-hour window: 5 s)
+    await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
+    [off] = [d for d in await plane.alerts.decisions(SMOLLM2, ["fallback"]) if d.decision == "off"]
+    assert "forecast a TTFT p99 of 0.7 s" in off.reason and "4 interactive requests/s" in off.reason
+    assert off.details["forecast"] == {
+        "ttft_p99_s": 0.7,
+        "offered_rps": 4.0,
+        "target_s": 1.0,
+        "recovery_share": 0.8,
+    }
 
 
 async def test_a_shadow_worse_than_stable_is_reported_once_and_left_running(

@@ -16,6 +16,7 @@ from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.platform.control.specs import bundled_version
+from vigil.platform.forecast.costs import DecodePoint, StepCosts
 
 STABLE = bundled_version(SMOLLM2).key
 
@@ -23,7 +24,8 @@ STABLE = bundled_version(SMOLLM2).key
 @pytest.fixture(scope="module")
 async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
-    workers.add("w1", {STABLE: ScriptedEngine(num_tokens=4, auto_release=True)})
+    costs = StepCosts((DecodePoint(1, 0.01),), 0.0, 0.0, 0.001, 0.0)
+    workers.add("w1", {STABLE: ScriptedEngine(num_tokens=4, auto_release=True)}, costs=costs)
     data_dir = tmp_path_factory.mktemp("console-overview")
     async with running_gateway(data_dir, workers, smollm2_tokenizer, models=(SMOLLM2,)) as gw:
         yield gw
@@ -49,7 +51,7 @@ async def test_the_page_carries_each_deployments_charts_and_history(gateway: Gat
         await asyncio.sleep(1.2)  # a sample or two
         page = (await client.get("/console/")).text
     assert f'data-deployment="{SMOLLM2}"' in page
-    for chart in ("queue", "running", "kv", "ttft", "tokens", "requests"):
+    for chart in ("queue", "running", "kv", "ttft", "forecast", "tokens", "requests"):
         assert f'data-chart="{chart}"' in page
     history = json.loads(
         re.search(r'id="live-history" type="application/json">(.*?)</script>', page).group(1)
@@ -66,6 +68,9 @@ async def test_the_streams_points_move_with_the_requests_metrics_counts(gateway:
             await points_from_stream(client, lambda p: p[SMOLLM2]["requests_per_s"]["served"] > 0)
         )[SMOLLM2]
         assert point["output_tokens_per_s"] > 0 and point["ttft_p50_s"] is not None
+        # Each first token against admission's forecast for it.
+        assert point["forecast_p50"] > 0 and point["forecast_p90"] >= point["forecast_p50"]
+        assert "their forecast" in (await client.get("/console/")).text
         served = sum(p.requests_per_s["served"] for p in gateway.services.series.points(SMOLLM2))
         assert served > 0
         metrics = (await client.get("/metrics")).text
