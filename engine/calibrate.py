@@ -4,37 +4,42 @@ engine takes traffic, so that what its steps cost is known from the first reques
 
     warm-up   a prompt, a decode, a second prompt beside it, a decode: native kernels
               built, caches touched; not measured
+    prompts   PROMPT_LENGTHS prefilled alone (capped by the step's token budget and the
+              context): what a prompt token costs
     staircase batches of 1, 2, 4, ... sequences up to max_num_seqs: each size reached by
               a step that prefills the newcomers' short prompts beside the others'
-              decodes, then DECODE_STEPS decode-only steps. It stops early at the first
-              size whose decode step takes over MAX_DECODE_STEP_S (a CPU at batch 256),
-              or once the calibration has taken BUDGET_S: the profile extrapolates
-              beyond the largest size measured
-    prompts   PROMPT_LENGTHS prefilled alone (capped by the step's token budget and the
-              context), the longer ones only within BUDGET_S: the cost of a prompt token
+              decodes, then DECODE_STEPS decode-only steps; at the largest, a prompt of
+              PROBE_TOKENS beside all the batch but one. It stops early at the first size whose
+              decode step takes over MAX_DECODE_STEP_S (a CPU at batch 256), or once the
+              calibration has taken BUDGET_S: the profile extrapolates beyond the largest
+              size measured
 
+Something else busy on the machine only makes a step slower, and one step of ten times
+its cost would bend a fit of a dozen points: so every step that prefills is run twice
+and the faster kept, and the profile takes the median of each batch size's decode steps.
 Prompts are random token ids, so the prefix cache finds nothing; the engine is reset
 afterwards (empty cache, counters at zero), so the calibration leaves no trace in what
 the engine reports. On the bundled chat model in float32 on one CPU thread it takes
-about 4 s at max_num_seqs 32, under 1 s at 4; with another process busy on the same
-cores a step can take ten times as long, hence the budget.
+about 6 s at max_num_seqs 32, 1.5 s at 4.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 from vigil.engine.llm_engine import LLMEngine
 from vigil.engine.request import GenerationRequest, RequestClock, RequestId, SamplingParams
 from vigil.engine.stats import StepStats
 
-DECODE_STEPS = 2
+DECODE_STEPS = 3
 MAX_DECODE_STEP_S = 0.5
-BUDGET_S = 5.0
+BUDGET_S = 8.0
 STAIR_PROMPT_TOKENS = 8
 WARM_PROMPT_TOKENS = 16
-PROMPT_LENGTHS = (64, 256)
+PROMPT_LENGTHS = (32, 160)
+PROBE_TOKENS = 96
 FIRST_TOKEN_ID = 100  # random prompts avoid the control tokens at the start of a vocabulary
 
 
@@ -65,6 +70,17 @@ class _Calibration:
             self.steps.append(stats)
         return stats
 
+    def twice(self, add: Callable[[], list[RequestId]]) -> None:
+        """A step that prefills what `add` adds, run twice (the newcomers aborted in
+        between), and the faster of the two kept."""
+        runs = []
+        for _ in range(2):
+            added = add()
+            runs.append(self.step(measured=False))
+            for rid in added:
+                self.engine.abort_request(rid)
+        self.steps.append(min(runs, key=lambda s: s.total_s))
+
     def abort_all(self) -> None:
         for rid in self.request_ids:
             self.engine.abort_request(rid)  # nothing for one that has finished
@@ -87,33 +103,33 @@ def calibrate(engine: LLMEngine, seed: int = 0) -> list[StepStats]:
         cal.step(measured=False)
         cal.step(measured=False)
         cal.abort_all()
+        # Prompts alone.
+        for length in sorted({min(n, budget, context - 1) for n in PROMPT_LENGTHS}):
+            cal.twice(lambda length=length: [cal.add(length, max_tokens=1)])
         # The staircase.
         size, running = 1, 0
         stair = min(STAIR_PROMPT_TOKENS, context - 2)
         while running < engine.config.max_num_seqs:
             size = min(size, engine.config.max_num_seqs)
-            if running + (size - running) * stair > budget:
+            new = size - running
+            if running + new * stair > budget:
                 break  # the newcomers' prompts and the decodes would not fit one step
-            for _ in range(size - running):
-                cal.add(stair)
+            cal.twice(lambda new=new: [cal.add(stair) for _ in range(new)])
+            for _ in range(new):
+                cal.add(stair)  # the newcomers that stay
+            cal.step(measured=False)  # their prompts, again
             running = size
-            cal.step()
             decode = [cal.step() for _ in range(DECODE_STEPS)]
             if max(s.total_s for s in decode) > MAX_DECODE_STEP_S:
                 break
             if time.monotonic() - t0 > BUDGET_S:
                 break
             size *= 2
-        cal.abort_all()
-        # Prompts alone.
-        for i, length in enumerate(PROMPT_LENGTHS):
-            n = min(length, budget, context - 1)
-            if i > 0 and time.monotonic() - t0 > BUDGET_S:
-                break
-            if n > stair:
-                cal.add(n, max_tokens=1)
-                cal.step()
-                cal.abort_all()
+        if running:  # a slot for the probe: one of the batch leaves
+            cal.engine.abort_request(cal.request_ids[-1])
+        probe = min(PROBE_TOKENS, budget - running, context - 1)
+        if running and probe > 1:
+            cal.twice(lambda: [cal.add(probe, max_tokens=1)])
     finally:
         cal.abort_all()
         engine.reset()

@@ -15,7 +15,9 @@ Two sources of steps, added together:
 - the calibration (engine/calibrate.py), run when the model is loaded, before the engine
   takes traffic: the prior, each of its steps weighing 1 for the engine's life, so that
   a cold engine is never predicted from nothing, and an idle one from what it costs
-  idle;
+  idle. Something else busy on the machine only ever makes a step slower: the prior
+  takes the median of the decode steps of each batch size (the calibration runs each
+  step that prefills twice and keeps the faster);
 - the live steps, each weighing 1 when it ends and exp(-age / DECAY_S) after: a few
   seconds of traffic outweigh the calibration, and what an overload taught is gone
   minutes after it (an hour later, e^-60 of it). Steps slowed by something else on the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import threading
 import time
 from collections.abc import Iterable
@@ -102,15 +105,20 @@ class StepProfile:
 
     def calibrate(self, steps: list[StepStats]) -> None:
         """The prior: the steps of the engine's calibration."""
+        by_size: dict[int, list[float]] = {}
+        for step in steps:
+            if _decodes_only(step):
+                by_size.setdefault(step.num_seqs, []).append(step.total_s)
+        prefill = [s for s in steps if not _decodes_only(s)]
         with self._lock:
-            for step in steps:
-                if _decodes_only(step):
-                    sums = self._prior_decode.setdefault(bucket_of(step.num_seqs), [0.0] * 3)
-                    terms = _decode_terms(step.num_seqs, step.total_s)
-                else:
-                    sums, terms = self._prior_prefill, _prefill_terms(step)
-                for i, v in enumerate(terms):
-                    sums[i] += v
+            for num_seqs, times in by_size.items():
+                sums = self._prior_decode.setdefault(bucket_of(num_seqs), [0.0] * 3)
+                median = statistics.median(times)
+                for i, v in enumerate(_decode_terms(num_seqs, median)):
+                    sums[i] += len(times) * v
+            for step in prefill:
+                for i, v in enumerate(_prefill_terms(step)):
+                    self._prior_prefill[i] += v
 
     def observe(self, step: StepStats, now_ts: float | None = None) -> None:
         """One live step of the engine."""

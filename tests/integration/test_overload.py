@@ -1,6 +1,8 @@
-"""Three times the measured capacity for 30 s: the gateway answers everything, quickly
-sheds what it cannot serve in time, keeps admitted interactive requests within their
-TTFT target, and its memory does not grow."""
+"""Overload on a real `vigil serve`: three times the measured capacity for 30 s is
+answered, shed fast where it cannot be served in time, admitted interactive requests
+keep their TTFT target, memory does not grow, and the idle engine after it sheds
+nothing; a burst at once after a cold start is admitted only as far as the target
+allows (the calibration at load is what admission forecasts from)."""
 
 from __future__ import annotations
 
@@ -124,7 +126,7 @@ def test_three_times_capacity_is_shed_not_crashed(tmp_path_factory, launch_vigil
     ]
     with launch_vigil(data_dir, *flags) as server:
 
-        async def scenario() -> tuple[float, list[Outcome], int, int]:
+        async def scenario() -> tuple[float, list[Outcome], int, int, list[Outcome]]:
             limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
             async with httpx.AsyncClient(
                 base_url=server.base_url, timeout=120, limits=limits
@@ -132,9 +134,12 @@ def test_three_times_capacity_is_shed_not_crashed(tmp_path_factory, launch_vigil
                 capacity = await measure_capacity(client)
                 rss_before = rss_bytes(server.pid)
                 outcomes = await overload(client, OVERLOAD_FACTOR * capacity)
-                return capacity, outcomes, rss_before, rss_bytes(server.pid)
+                rss_after = rss_bytes(server.pid)
+                # The overload is over: one at a time, every request is served.
+                after = [await one(client, 5000 + i, "interactive") for i in range(20)]
+                return capacity, outcomes, rss_before, rss_after, after
 
-        capacity, outcomes, rss_before, rss_after = asyncio.run(scenario())
+        capacity, outcomes, rss_before, rss_after, after = asyncio.run(scenario())
 
     served = [o for o in outcomes if o.status == 200 and o.code is None]
     shed = [o for o in outcomes if o.status == 429]
@@ -169,3 +174,58 @@ def test_three_times_capacity_is_shed_not_crashed(tmp_path_factory, launch_vigil
     assert share["interactive"] <= share["batch"], share
     assert p99 <= TTFT_TARGET_S
     assert rss_after - rss_before < 200 * 2**20
+    assert [o.status for o in after] == [200] * 20, [(o.status, o.code) for o in after]
+
+
+COLD_BURST = 32
+COLD_TOKENS = 48
+COLD_CONFIG = f"""
+[[deployments]]
+name = "chat"
+model = "smollm2-135m-instruct"
+slo = {{ ttft_p99_s = {TTFT_TARGET_S}, min_tokens_per_s = 1.0 }}
+"""
+
+
+def test_a_burst_at_once_after_a_cold_start_is_admitted_as_far_as_the_target_allows(
+    tmp_path_factory, launch_vigil
+) -> None:
+    """8 batch slots, streams of 48 tokens: the first 8 run together, and a request in
+    the second wave would wait for one of them to end, far past the 4 s target. The
+    engine has served nothing yet; its calibration at load is all admission knows."""
+    data_dir = tmp_path_factory.mktemp("cold-burst")
+    (data_dir / "vigil.toml").write_text(COLD_CONFIG)
+    flags = ["--config", str(data_dir / "vigil.toml"), "--max-num-seqs", "8"]
+    flags += ["--kv-cache-memory", "128MiB", "--models", "smollm2-135m-instruct"]
+    with launch_vigil(data_dir, *flags) as server:
+
+        async def burst() -> list[Outcome]:
+            limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+            async with httpx.AsyncClient(
+                base_url=server.base_url, timeout=120, limits=limits
+            ) as client:
+
+                async def stream(i: int) -> Outcome:
+                    request = {**body(i), "max_tokens": COLD_TOKENS}
+                    t0 = time.monotonic()
+                    async with client.stream("POST", "/v1/chat/completions", json=request) as r:
+                        out = Outcome("interactive", r.status_code)
+                        async for line in r.aiter_lines():
+                            if out.ttft_s is None and '"content":"' in line:
+                                out.ttft_s = time.monotonic() - t0
+                    return out
+
+                return list(await asyncio.gather(*(stream(i) for i in range(COLD_BURST))))
+
+        outcomes = asyncio.run(burst())
+    served = sorted(o.ttft_s for o in outcomes if o.status == 200 and o.ttft_s is not None)
+    shed = [o for o in outcomes if o.status == 429]
+    print(
+        f"\ncold burst of {COLD_BURST}: {len(served)} served, {len(shed)} shed; admitted TTFT "
+        f"max {max(served):.2f} s (target {TTFT_TARGET_S} s)"
+    )
+    assert all(o.status in (200, 429) for o in outcomes), {o.status for o in outcomes}
+    assert shed, "the second wave would miss the target: some of the burst is shed"
+    assert len(served) >= 8, "the first wave fits the target"
+    # The target is a p99; on a loaded CI machine, a margin (the bench has the figure).
+    assert served[-1] <= 1.25 * TTFT_TARGET_S

@@ -6,7 +6,7 @@ import time
 
 from fakes import tiny_language_model
 
-from vigil.engine.calibrate import DECODE_STEPS, PROMPT_LENGTHS, calibrate
+from vigil.engine.calibrate import DECODE_STEPS, PROBE_TOKENS, PROMPT_LENGTHS, calibrate
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.request import (
     FinishEvent,
@@ -30,15 +30,22 @@ def engine(smollm2_tokenizer, max_num_seqs: int, budget: int = 512) -> LLMEngine
     return LLMEngine(lm, config)
 
 
-def test_a_staircase_of_batches_then_prompts_alone(smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_prompts_alone_then_a_staircase_of_batches_then_a_probe(smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
     steps = calibrate(engine(smollm2_tokenizer, max_num_seqs=6))
-    decode = [s.num_seqs for s in steps if s.num_tokens == s.num_seqs]
-    assert decode == [n for n in (1, 2, 4, 6) for _ in range(DECODE_STEPS)]
-    grow = [s for s in steps if s.num_tokens > s.num_seqs and s.num_seqs > 1]
-    assert [(s.num_seqs, s.num_tokens) for s in grow] == [(2, 9), (4, 18), (6, 20)]
-    alone = [s for s in steps if s.num_seqs == 1 and s.num_tokens > 8]
-    assert [s.num_tokens for s in alone] == list(PROMPT_LENGTHS)
-    assert all(s.num_prefill_pairs > 0 for s in alone)
+    shapes = [(s.num_seqs, s.num_tokens) for s in steps]
+
+    def decode(n: int) -> list[tuple[int, int]]:
+        return [(n, n)] * DECODE_STEPS
+
+    assert shapes == [
+        *[(1, n) for n in PROMPT_LENGTHS],  # each the faster of two runs
+        (1, 8), *decode(1),  # the first prompt of the staircase, then its decodes
+        (2, 9), *decode(2),  # one decode beside a newcomer's 8 prompt tokens
+        (4, 18), *decode(4),
+        (6, 20), *decode(6),  # max_num_seqs
+        (6, 5 + PROBE_TOKENS),  # a probe prompt beside the batch less one
+    ]  # fmt: skip
+    assert all(s.num_prefill_pairs > 0 for s in steps if s.num_tokens > s.num_seqs)
 
 
 def test_the_engine_is_left_as_new(smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -68,4 +75,4 @@ def test_a_small_token_budget_stops_the_staircase_where_prompts_no_longer_fit(
     steps = calibrate(engine(smollm2_tokenizer, max_num_seqs=32, budget=64))
     decode = sorted({s.num_seqs for s in steps if s.num_tokens == s.num_seqs})
     assert decode == [1, 2, 4, 8]
-    assert max(s.num_tokens for s in steps) <= 64
+    assert max(s.num_tokens for s in steps) <= 64  # the prompts and the probe capped too
