@@ -8,7 +8,7 @@ import pytest
 
 from vigil.engine.request import Priority
 from vigil.platform.control.deployments.config_file import ConfigError, load_deployments
-from vigil.platform.control.specs import FallbackTrigger
+from vigil.platform.control.specs import FallbackTrigger, SLOTargets
 
 MODELS = {"smollm2-135m-instruct"}
 
@@ -43,6 +43,7 @@ model = "smollm2-135m-instruct"
     assert chat.limits[Priority.INTERACTIVE].max_queue == 8
     assert chat.limits[Priority.BATCH].max_queue == 256  # default kept
     assert chat.slo.ttft_p99_s == 1.5
+    assert small.slo == SLOTargets() and small.slo.window_s == 30 * 86400  # the defaults
     assert chat.fallback is not None and chat.fallback.trigger is FallbackTrigger.QUEUE_WAIT
     assert chat.long_prompt_pool is not None and chat.long_prompt_pool.min_prompt_tokens == 512
     assert small.fallback is None
