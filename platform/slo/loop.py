@@ -3,7 +3,9 @@ about it, each step recorded as a decision with the numbers that caused it.
 
 - Alerts: an SLI whose burn calls for a page or a ticket fires one (once per episode;
   its fingerprint names deployment, SLI and severity) and resolves it when the short
-  window has cleared, which is what keeps it from flapping.
+  window has cleared, which is what keeps it from flapping. A ticket firing when the
+  burn grows into a page stays firing beside it (resolving it would only fire it again
+  once the page is over). Its summary names the windows and the threshold it read.
 - Actions, while a page-level burn goes on: batch traffic is shed first; if the burn is
   still on `hold_s` later and the deployment has a fallback, new interactive requests
   go to it. Once the burn has stopped for `hold_s`, the fallback is switched off, and
@@ -84,11 +86,11 @@ def paging(status: DeploymentSLO) -> list[SLIStatus]:
 
 def burning_long(status: DeploymentSLO) -> list[SLIStatus]:
     """The SLIs whose burn over the fast page rule's long window is over its threshold."""
-    fast = scaled_rules(status.slo.window_s)[0].rule
+    fast = scaled_rules(status.slo.window_s)[0]
 
     def over(s: SLIStatus) -> bool:
         rate = s.burn_rates.get(fast.name)
-        return rate is not None and rate > fast.threshold
+        return rate is not None and rate > fast.rule.threshold
 
     return [s for sli, s in status.slis.items() if sli in ALERTING and over(s)]
 
@@ -182,18 +184,28 @@ class SLOLoop:
             if fp in self.firing:
                 continue
             assert s.severity is not None and s.rule is not None
-            summary = (
-                f"{name}: the {s.sli.value} SLO burns its error budget {s.severity.value}-fast "
-                f"(rule {s.rule.rule.name}: over {s.rule.rule.threshold:g}x in both windows)"
+            summary = f"{name}: the {s.sli.value} SLO burns {s.severity.value}-fast: " + (
+                s.rule.describe()
             )
-            await self.plane.alerts.fire(name, s.sli.value, s.severity.value, summary, _rates(s))
+            (long_window, _), (short_window, _) = s.rule.windows
+            details = {
+                **_rates(s),
+                "long_window": long_window,
+                "short_window": short_window,
+                "threshold": s.rule.rule.threshold,
+            }
+            await self.plane.alerts.fire(name, s.sli.value, s.severity.value, summary, details)
             self.firing[fp] = s.severity.value
         for sli in ALERTING:
+            paged = fingerprint(name, sli.value, Severity.PAGE.value) in wanted
             for severity in Severity:
                 fp = fingerprint(name, sli.value, severity.value)
-                if fp in self.firing and fp not in wanted:
-                    await self.plane.alerts.resolve(fp, _rates(status.slis[sli]))
-                    del self.firing[fp]
+                if fp not in self.firing or fp in wanted:
+                    continue
+                if severity is Severity.TICKET and paged:
+                    continue  # the burn got worse, not better: the ticket still stands
+                await self.plane.alerts.resolve(fp, _rates(status.slis[sli]))
+                del self.firing[fp]
 
     async def _actions(self, spec: DeploymentSpec, status: DeploymentSLO, now: float) -> None:
         state = self._states.get(spec.name, ActionState(changed_ts=now))

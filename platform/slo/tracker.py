@@ -35,7 +35,7 @@ class SLIStatus:
     good: int  # over the SLO window
     total: int
     budget_remaining: float  # 1 untouched, 0 spent, below 0 overspent
-    burn_rates: dict[str, float | None]  # window name ("5m", "1h", ...) -> burn rate
+    burn_rates: dict[str, float | None]  # window by its real length ("1h", "5s") -> burn
     severity: Severity | None  # the alert the burn calls for
     rule: ScaledRule | None  # the rule that calls for it
 

@@ -52,3 +52,22 @@ def test_an_sli_counts_its_bad_requests_at_zero_before_the_first() -> None:
     assert registry.get_sample_value(events, {**shed, "result": "bad"}) == 0
     ttft = {"deployment": "chat", "sli": "ttft", "result": "bad"}
     assert registry.get_sample_value(events, ttft) is None  # no request counted there yet
+
+
+def test_a_burn_rates_window_label_is_the_windows_real_length() -> None:
+    """A 1-hour SLO window scales the workbook's 1 h and 5 min to 5 s and 417 ms: the
+    labels say 5s and 417ms, not the names of the windows they were scaled from."""
+    tracker = SLOTracker(clock=lambda: 1000.0)
+    tracker.set_targets({"chat": SLOTargets(), "drill": SLOTargets(window_s=3600.0)})
+    for name in ("chat", "drill"):
+        tracker.admission(name, "m@1", admitted=False)
+    registry = CollectorRegistry()
+    registry.register(SLOCollector(tracker))
+    windows = {
+        (s.labels["deployment"], s.labels["window"])
+        for metric in registry.collect()
+        if metric.name == "vigil_slo_burn_rate"
+        for s in metric.samples
+    }
+    assert {w for d, w in windows if d == "chat"} == {"1h", "5m", "6h", "30m", "3d"}
+    assert {w for d, w in windows if d == "drill"} == {"5s", "417ms", "30s", "2s500ms", "6m"}

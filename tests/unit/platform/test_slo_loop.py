@@ -27,6 +27,7 @@ from vigil.platform.control.specs import (
     bundled_version,
 )
 from vigil.platform.slo.actions import ActionBoard, SLOActions
+from vigil.platform.slo.burn import MIN_EVENTS
 from vigil.platform.slo.loop import ActionState, Change, SLOLoop, plan_actions
 from vigil.platform.slo.sli import SLI
 from vigil.platform.slo.tracker import SLOTracker
@@ -97,10 +98,17 @@ async def test_a_ttft_burn_pages_sheds_falls_back_and_recovers(plane: ControlPla
     assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
     [alert] = await plane.alerts.firing()
     assert (alert.sli, alert.severity) == ("ttft", "page")
-    assert alert.details["total"] == 50 and alert.details["burn_1h"] == pytest.approx(100.0)
+    assert alert.details["total"] == 50 and alert.details["burn_5s"] == pytest.approx(100.0)
+    # It says which windows it read: a 1-hour SLO window scales 1 h and 5 min down.
+    assert alert.summary == (
+        f"{SMOLLM2}: the ttft SLO burns page-fast: over 14.4x its error budget in both the "
+        "last 5 s and the last 417 ms"
+    )
+    assert (alert.details["long_window"], alert.details["short_window"]) == ("5s", "417ms")
+    assert alert.details["threshold"] == 14.4
     clock.now_ts += 6.0
-    for _ in range(5):
-        tracker.record(served(STABLE.key, ttft_s=3.0))  # still burning
+    for _ in range(MIN_EVENTS):  # still burning, with enough requests to say so
+        tracker.record(served(STABLE.key, ttft_s=3.0))
     await loop.tick()
     assert board.get(SMOLLM2) == SLOActions(shed_batch=True, fallback=True)
     assert len(await plane.alerts.firing()) == 1  # one alert for the episode
@@ -132,7 +140,7 @@ async def test_a_ttft_burn_pages_sheds_falls_back_and_recovers(plane: ControlPla
         ("shed_batch", "off"),
     ]
     on = (await plane.alerts.decisions(SMOLLM2, ["shed_batch"]))[-1]
-    assert on.details["ttft"]["burn_5m"] == pytest.approx(100.0)
+    assert on.details["ttft"]["burn_417ms"] == pytest.approx(100.0)
     restarted = SLOLoop(tracker, board, plane, lambda: {}, lambda _: STABLE.key, clock)
     await restarted.start()  # a restart picks up what is still firing
     assert list(restarted.firing.values()) == ["ticket"]

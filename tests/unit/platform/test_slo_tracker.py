@@ -71,10 +71,13 @@ def test_budget_and_burn_rates_per_deployment_and_counts_per_version() -> None:
     # 10 bad of 100 at a 99% objective: 10 times the budget, all spent and overspent.
     assert (ttft.good, ttft.total, ttft.objective) == (90, 100, 0.99)
     assert ttft.budget_remaining == pytest.approx(-9.0)
-    assert ttft.burn_rates["5m"] == pytest.approx(10.0)  # every window holds them all
-    # 10 is under the first page rule's 14.4 and over the second's 6: a page, by "6h".
+    # A 720 s SLO window scales the workbook's 5 minutes to 83 ms, and says so.
+    assert ttft.burn_rates["83ms"] == pytest.approx(10.0)  # every window holds them all
+    assert set(ttft.burn_rates) == {"1s", "83ms", "6s", "500ms", "1m12s"}
+    # 10 is under the first page rule's 14.4 and over the second's 6: a page, by the
+    # rule whose long window is the workbook's 6 h (6 s here).
     assert ttft.severity is Severity.PAGE and ttft.rule is not None
-    assert ttft.rule.rule.name == "6h"
+    assert ttft.rule.name == "6s"
     assert status.versions["m@canary"][SLI.TTFT] == (0, 10)
     assert status.versions["m@1"][SLI.TTFT] == (90, 90)
     tracker.admission("chat", "m@1", admitted=False)
