@@ -243,7 +243,7 @@ def accounting(n: int) -> None:
     def per_request(recorder: RequestRecorder) -> float:
         t0 = time.perf_counter()
         for r in records:
-            recorder.admission("chat", "m@1", "admitted", "ok")
+            recorder.admission("chat", "m@1", "admitted", "ok", Priority.INTERACTIVE)
             recorder.ended(r)
         return (time.perf_counter() - t0) / n * 1e6
 

@@ -96,6 +96,9 @@ class SLOTargets:
     auto_rollback: bool = True
     rollback_min_requests: int = 50
     rollback_margin: float = 0.05
+    # The share of interactive requests that must be admitted (not shed with a 429) over
+    # window_s; batch requests are shed first by design and do not count.
+    admission_target: float = 0.99
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,7 +190,7 @@ class GenerationService:
         route = Route()
         if admission.verdict is Verdict.FALLBACK:
             assert spec.fallback is not None
-            self._record(place, admission)
+            self._record(place, admission, priority)
             fallback = self.view.deployment(spec.fallback.deployment)
             log.info(
                 "fallback %s from %s to %s: %s",
@@ -209,7 +209,7 @@ class GenerationService:
             admission = decide(
                 priority, len(place.prompt_ids), place.load, place.spec, allow_fallback=False
             )
-        self._record(place, admission)
+        self._record(place, admission, priority)
         return place, admission, route
 
     async def _dispatch(
@@ -320,9 +320,9 @@ class GenerationService:
             decode_step_s=max(decode) if decode else None,
         )
 
-    def _record(self, place: _Placement, admission: Admission) -> None:
+    def _record(self, place: _Placement, admission: Admission, priority: Priority) -> None:
         verdict, reason = admission.verdict.value, admission.reason.value
-        self.loads.recorder.admission(place.spec.name, place.version.key, verdict, reason)
+        self.loads.recorder.admission(place.spec.name, place.version.key, verdict, reason, priority)
         context = current()
         if context is None:
             return

@@ -35,7 +35,7 @@ from vigil.platform.control.specs import DeploymentSpec
 from vigil.platform.control.webhooks.records import WebhookEvent
 from vigil.platform.slo.actions import NO_ACTIONS, ActionBoard, SLOActions
 from vigil.platform.slo.burn import Severity, scaled_rules
-from vigil.platform.slo.sli import ALERTING, SLI
+from vigil.platform.slo.sli import ALERTING, SERVED, SLI
 from vigil.platform.slo.tracker import DeploymentSLO, SLIStatus, SLOTracker
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def canary_verdict(status: DeploymentSLO, stable: str, candidate: str) -> Rollba
     """The first SLI on which the candidate (a canary or a shadow) is worse than stable by
     more than the margin, with enough requests on both to say so."""
     slo = status.slo
-    for sli in ALERTING:
+    for sli in SERVED:
         c = status.versions.get(candidate, {}).get(sli, (0, 0))
         s = status.versions.get(stable, {}).get(sli, (0, 0))
         if min(c[1], s[1]) < slo.rollback_min_requests:

@@ -69,6 +69,7 @@ class SLOBody(In):
     auto_rollback: bool = True  # roll back a canary whose SLIs are worse than stable's
     rollback_min_requests: int = 50  # ...once each has served this many in the window
     rollback_margin: float = 0.05  # ...by more than this share of bad requests
+    admission_target: float = 0.99  # share of interactive requests not shed (429)
 
 
 class DeploymentIn(In):

@@ -64,3 +64,4 @@ class SLO(Base):
     auto_rollback: Mapped[bool] = mapped_column(Boolean, default=True)
     rollback_min_requests: Mapped[int] = mapped_column(Integer, default=50)
     rollback_margin: Mapped[float] = mapped_column(Float, default=0.05)
+    admission_target: Mapped[float] = mapped_column(Float, default=0.99)  # interactive admitted

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from vigil.engine.request import Priority
 from vigil.platform.control.specs import SLOTargets
 from vigil.platform.slo.metrics import SLOCollector
 from vigil.platform.slo.tracker import SLOTracker
@@ -16,8 +17,8 @@ from vigil.platform.telemetry.recorder import Outcome, RequestRecorder
 def test_every_outcome_of_a_version_is_zero_from_its_first_admission() -> None:
     registry = CollectorRegistry()
     recorder = RequestRecorder(Metrics(registry), LiveSeries())
-    recorder.admission("chat", "m@1", "admitted", "ok")
-    recorder.admission("chat", "m@1", "shed", "queue_full")
+    recorder.admission("chat", "m@1", "admitted", "ok", Priority.INTERACTIVE)
+    recorder.admission("chat", "m@1", "shed", "queue_full", Priority.INTERACTIVE)
     for outcome in Outcome:
         labels = {"deployment": "chat", "version": "m@1", "outcome": outcome.value}
         expected = 1.0 if outcome is Outcome.SHED else 0.0
@@ -43,7 +44,7 @@ def test_each_deployment_s_ttft_target_is_a_series() -> None:
 def test_an_sli_counts_its_bad_requests_at_zero_before_the_first() -> None:
     tracker = SLOTracker(clock=lambda: 1000.0)
     tracker.set_targets({"chat": SLOTargets()})
-    tracker.admission("chat", "m@1", admitted=True)
+    tracker.admission("chat", "m@1", admitted=True, priority=Priority.INTERACTIVE)
     registry = CollectorRegistry()
     registry.register(SLOCollector(tracker))
     events = "vigil_slo_events_total"
@@ -60,7 +61,7 @@ def test_a_burn_rates_window_label_is_the_windows_real_length() -> None:
     tracker = SLOTracker(clock=lambda: 1000.0)
     tracker.set_targets({"chat": SLOTargets(), "drill": SLOTargets(window_s=3600.0)})
     for name in ("chat", "drill"):
-        tracker.admission(name, "m@1", admitted=False)
+        tracker.admission(name, "m@1", admitted=False, priority=Priority.INTERACTIVE)
     registry = CollectorRegistry()
     registry.register(SLOCollector(tracker))
     windows = {
