@@ -41,6 +41,8 @@ from vigil.platform.slo.tracker import DeploymentSLO, SLIStatus, SLOTracker
 log = logging.getLogger(__name__)
 
 MIN_HOLD_S = 1.0
+# The actions that hold until switched off, each told to on-call as one alert.
+CONDITIONS = {"shed_batch": WebhookEvent.SHED, "fallback": WebhookEvent.FALLBACK}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +154,18 @@ class SLOLoop:
         self._shadows_judged: dict[str, str] = {}  # deployment -> shadow found worse
 
     async def start(self) -> None:
-        """Pick up the alerts still firing from before a restart."""
+        """Pick up the alerts still firing from before a restart; and end the actions
+        left on by a gateway that stopped or handed the loop on: they lived in its
+        memory, so they are off now, and on-call must not keep seeing them on."""
         self.firing = {a.fingerprint: a.severity for a in await self.plane.alerts.firing()}
+        for d in await self.plane.alerts.latest(list(CONDITIONS)):
+            mine = self._states.get(d.deployment, ActionState()).actions
+            if d.decision != "on" or getattr(mine, d.kind):
+                continue
+            reason = f"{d.deployment}: {d.kind} off, the SLO loop started afresh without it"
+            await self.plane.alerts.decide(
+                d.deployment, d.kind, "off", reason, {}, CONDITIONS[d.kind], False
+            )
 
     def stand_down(self) -> None:
         """Another gateway runs the loop now: switch off what this one switched on, and
@@ -231,9 +243,14 @@ class SLOLoop:
         details = {
             s.sli.value: _rates(s) for s in (burning or status.slis.values()) if s.sli in ALERTING
         }
-        event = WebhookEvent.SHED if change.kind == "shed_batch" else WebhookEvent.FALLBACK
         await self.plane.alerts.decide(
-            spec.name, change.kind, "on" if change.on else "off", reason, details, event, change.on
+            spec.name,
+            change.kind,
+            "on" if change.on else "off",
+            reason,
+            details,
+            CONDITIONS[change.kind],
+            ongoing=change.on,
         )
         log.warning("%s", reason)
 
