@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 
 from vigil.engine.llm_engine import LLMEngine
 from vigil.engine.request import GenerationRequest, RequestClock, RequestId, SamplingParams
@@ -70,12 +69,12 @@ class _Calibration:
             self.steps.append(stats)
         return stats
 
-    def twice(self, add: Callable[[], list[RequestId]]) -> None:
-        """A step that prefills what `add` adds, run twice (the newcomers aborted in
-        between), and the faster of the two kept."""
+    def twice(self, prompts: list[int], max_tokens: int | None = None) -> None:
+        """A step that prefills new prompts of these lengths beside what runs, run twice
+        (the newcomers aborted in between), and the faster of the two kept."""
         runs = []
         for _ in range(2):
-            added = add()
+            added = [self.add(n, max_tokens) for n in prompts]
             runs.append(self.step(measured=False))
             for rid in added:
                 self.engine.abort_request(rid)
@@ -105,7 +104,7 @@ def calibrate(engine: LLMEngine, seed: int = 0) -> list[StepStats]:
         cal.abort_all()
         # Prompts alone.
         for length in sorted({min(n, budget, context - 1) for n in PROMPT_LENGTHS}):
-            cal.twice(lambda length=length: [cal.add(length, max_tokens=1)])
+            cal.twice([length], max_tokens=1)
         # The staircase.
         size, running = 1, 0
         stair = min(STAIR_PROMPT_TOKENS, context - 2)
@@ -114,7 +113,7 @@ def calibrate(engine: LLMEngine, seed: int = 0) -> list[StepStats]:
             new = size - running
             if running + new * stair > budget:
                 break  # the newcomers' prompts and the decodes would not fit one step
-            cal.twice(lambda new=new: [cal.add(stair) for _ in range(new)])
+            cal.twice([stair] * new)
             for _ in range(new):
                 cal.add(stair)  # the newcomers that stay
             cal.step(measured=False)  # their prompts, again
@@ -129,7 +128,7 @@ def calibrate(engine: LLMEngine, seed: int = 0) -> list[StepStats]:
             cal.engine.abort_request(cal.request_ids[-1])
         probe = min(PROBE_TOKENS, budget - running, context - 1)
         if running and probe > 1:
-            cal.twice(lambda: [cal.add(probe, max_tokens=1)])
+            cal.twice([probe], max_tokens=1)
     finally:
         cal.abort_all()
         engine.reset()

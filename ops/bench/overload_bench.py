@@ -105,7 +105,10 @@ def forecasts(base: str) -> dict[str, float]:
         attrs: dict[str, object] = {}
         for span in trace["spans"]:
             attrs.update(span["attributes"])
-        rid, predicted = attrs.get("vigil.request_id"), attrs.get("vigil.admission.predicted_ttft_s")
+        rid, predicted = (
+            attrs.get("vigil.request_id"),
+            attrs.get("vigil.admission.predicted_ttft_s"),
+        )
         if isinstance(rid, str) and isinstance(predicted, int | float) and predicted > 0:
             found[rid] = float(predicted)
     return found

@@ -3,9 +3,11 @@ latency, and what SLI accounting costs each request.
 
     .venv/bin/python ops/bench/slo_drill.py [--load-s 14] [--messages 200]
         [--records 100000] [--database-url postgresql+asyncpg://...]
+    .venv/bin/python ops/bench/slo_drill.py --burst [--burst-s 30] [--watch-s 300]
+        [--streams 40] [--window-s 3600]
 
 1. Timeline. `vigil serve` (one torch thread) with a chat deployment whose SLO has a
-   1-hour window (page windows of 5 s and 0.42 s) and a 50 ms TTFT target, and a fallback
+   1-hour window (page windows of 5 s and 417 ms) and a 50 ms TTFT target, and a fallback
    deployment; a webhook to a receiver on 127.0.0.1. Closed-loop chat load (5 interactive
    clients, 1 batch) for --load-s, then none. Prints each step (alert fired, page
    delivered, batch shed, fallback, resolved, fallback off, shed off) in seconds after
@@ -16,6 +18,12 @@ latency, and what SLI accounting costs each request.
    woken by the write (what Vigil runs) and once polling only (the baseline).
 3. SLI accounting. --records request records through the SLO tracker (the per-request
    work the SLIs add), against the same records through the recorder's metrics alone.
+4. --burst, alone: the alerts one burst raises on a `vigil serve` whose chat deployment
+   has the default SLO (no SLO set; --window-s sets only its window, to compare). The
+   bundled chat model with --max-num-seqs 8; --streams closed-loop interactive streams
+   of 64 tokens for --burst-s, enough to shed and miss the TTFT target on a small CPU;
+   then --watch-s of quiet. Prints, per alert, how often it fired and resolved
+   (delivered to a webhook on 127.0.0.1) and whether it still fires at the end.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import SLOTargets
+from vigil.platform.slo.burn import duration_name
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
@@ -243,7 +252,7 @@ def accounting(n: int) -> None:
     def per_request(recorder: RequestRecorder) -> float:
         t0 = time.perf_counter()
         for r in records:
-            recorder.admission("chat", "m@1", "admitted", "ok")
+            recorder.admission("chat", "m@1", "admitted", "ok", Priority.INTERACTIVE)
             recorder.ended(r)
         return (time.perf_counter() - t0) / n * 1e6
 
@@ -263,6 +272,91 @@ def accounting(n: int) -> None:
     print(f"reads one per deployment per second) takes {status_us:.0f} µs.")
 
 
+# ---- 4. the alerts of one burst on the default SLO
+
+
+async def _streams(url: str, model: str, seconds: float, streams: int) -> dict[str, int]:
+    """Closed-loop interactive streams of 64 tokens; answers by status code."""
+    counts: dict[str, int] = {}
+    stop = time.monotonic() + seconds
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse."}],
+        "max_tokens": 64,
+        "min_tokens": 64,
+        "stream": True,
+    }
+
+    async def one(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop:
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                async for _ in r.aiter_bytes():
+                    pass
+            counts[str(r.status_code)] = counts.get(str(r.status_code), 0) + 1
+            if r.status_code != 200:
+                await asyncio.sleep(0.1)  # a client backing off a 429 a little
+
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        await asyncio.gather(*(one(client) for _ in range(streams)))
+    return counts
+
+
+def burst(burst_s: float, watch_s: float, streams: int, window_s: float | None) -> None:
+    data_dir = Path(tempfile.mkdtemp())
+    vigil = Path(sys.executable).with_name("vigil")
+    create = ["admin", "create", "--username", ADMIN[0], "--role", "operator"]
+    subprocess.run(
+        [str(vigil), *create, "--password-stdin", "--data-dir", str(data_dir)],
+        input=ADMIN[1].encode(),
+        check=True,
+        capture_output=True,
+    )
+    receiver = Receiver()
+    model = "smollm2-135m-instruct"
+    flags = ["--models", model, "--max-num-seqs", "8", "--torch-threads", "1"]
+    with vigil_serve(*flags, data_dir=data_dir) as url:
+        admin = httpx.Client(base_url=f"{url}/api/admin", auth=ADMIN, timeout=30)
+        hook = {
+            "name": "oncall",
+            "url": receiver.url,
+            "secret": "whsec_bench-0123456789abcdef",
+            "events": ["slo.burn", "slo.recovered", "shed", "fallback"],
+        }
+        admin.post("/webhooks", json=hook).raise_for_status()
+        slo = admin.get(f"/deployments/{model}/slo").json()
+        if window_s is not None:
+            slo = admin.put(f"/deployments/{model}/slo", json={"window_s": window_s}).json()
+        t0 = time.monotonic()
+        answers = asyncio.run(_streams(url, model, burst_s, streams))
+        loaded_s = time.monotonic() - t0
+        time.sleep(watch_s)
+        firing = admin.get("/alerts?state=firing").json()
+        decisions = admin.get(f"/decisions?deployment={model}").json()  # newest first
+        admin.close()
+    fired: dict[str, list[int]] = {}
+    for _, _, body in receiver.arrivals:
+        for alert in body["alerts"]:
+            labels = alert["labels"]
+            name = " ".join(labels[k] for k in ("alertname", "sli", "severity") if k in labels)
+            counts = fired.setdefault(name, [0, 0])
+            counts[alert["status"] == "resolved"] += 1
+    still = {" ".join(("VigilSLOBurn", a["sli"], a["severity"])) for a in firing}
+    for kind, name in (("shed_batch", "VigilShedBatch info"), ("fallback", "VigilFallback info")):
+        last = next((d["decision"] for d in decisions if d["kind"] == kind), None)
+        if last == "on":
+            still.add(name)
+    print(
+        f"\n## One burst on the default SLO (window {duration_name(slo['window_s'])}, admission "
+        f"target {slo['admission_target']:g}): {streams} streams of 64 tokens for "
+        f"{loaded_s:.0f} s, then {watch_s:.0f} s quiet; answers {answers}\n"
+    )
+    print("| alert | fired | resolved | firing at the end |")
+    print("|---|---:|---:|---|")
+    for name, (n_fired, n_resolved) in sorted(fired.items()):
+        print(f"| {name} | {n_fired} | {n_resolved} | {'yes' if name in still else ''} |")
+    print(f"\n{sum(f for f, _ in fired.values())} alerts fired in all.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--load-s", type=float, default=14.0)
@@ -270,7 +364,15 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--database-url", help="the control plane for the delivery bench")
     parser.add_argument("--skip-drill", action="store_true", help="no vigil serve")
+    parser.add_argument("--burst", action="store_true", help="count one burst's alerts only")
+    parser.add_argument("--burst-s", type=float, default=30.0)
+    parser.add_argument("--watch-s", type=float, default=300.0, help="quiet after the burst")
+    parser.add_argument("--streams", type=int, default=40)
+    parser.add_argument("--window-s", type=float, help="the SLO window (default: Vigil's)")
     args = parser.parse_args()
+    if args.burst:
+        burst(args.burst_s, args.watch_s, args.streams, args.window_s)
+        return
     accounting(args.records)
     delivery(args.database_url, args.messages)
     if not args.skip_drill:

@@ -1,6 +1,9 @@
 """Webhook delivery to on-call, from the outbox (control/webhooks/outbox.py): at least
 once, signed, retried with exponential back-off and full jitter until delivered or too
 old, surviving restarts of Vigil and of the receiver (the outbox is in the database).
+One alert's messages reach a webhook in the order written (the outbox hands out the
+next one only once the one before is delivered or given up); different alerts go out
+side by side.
 
 Each message goes out in its webhook's format:
 - alertmanager_webhook: Alertmanager's webhook payload, version 4, with one alert, so
@@ -164,3 +167,5 @@ class WebhookDelivery:
             delivered=delivered,
             next_attempt_at=next_at,
         )
+        if delivered or next_at is None:  # the alert's next message may wait on this one
+            self._wake.set()

@@ -195,7 +195,7 @@ class GenerationService:
         route = Route()
         if admission.verdict is Verdict.FALLBACK:
             assert spec.fallback is not None
-            self._record(place, admission)
+            self._record(place, admission, priority)
             fallback = self.view.deployment(spec.fallback.deployment)
             log.info(
                 "fallback %s from %s to %s: %s",
@@ -214,7 +214,7 @@ class GenerationService:
             admission = decide(
                 priority, len(place.prompt_ids), place.load, place.spec, allow_fallback=False
             )
-        self._record(place, admission)
+        self._record(place, admission, priority)
         return place, admission, route
 
     async def _dispatch(
@@ -317,9 +317,9 @@ class GenerationService:
         load = self.loads.snapshot(key, replica.id, engine_limits, costs)
         return _Placement(spec, version, key, replica, ids, max_tokens, load)
 
-    def _record(self, place: _Placement, admission: Admission) -> None:
+    def _record(self, place: _Placement, admission: Admission, priority: Priority) -> None:
         verdict, reason = admission.verdict.value, admission.reason.value
-        self.loads.recorder.admission(place.spec.name, place.version.key, verdict, reason)
+        self.loads.recorder.admission(place.spec.name, place.version.key, verdict, reason, priority)
         context = current()
         if context is None:
             return

@@ -3,7 +3,9 @@ about it, each step recorded as a decision with the numbers that caused it.
 
 - Alerts: an SLI whose burn calls for a page or a ticket fires one (once per episode;
   its fingerprint names deployment, SLI and severity) and resolves it when the short
-  window has cleared, which is what keeps it from flapping.
+  window has cleared, which is what keeps it from flapping. A ticket firing when the
+  burn grows into a page stays firing beside it (resolving it would only fire it again
+  once the page is over). Its summary names the windows and the threshold it read.
 - Actions, while a page-level burn goes on: batch traffic is shed first; if a page still
   burns `hold_s` later and the deployment has a fallback, new interactive requests go
   to it. The fallback is switched back once the deployment's own workers are forecast
@@ -43,13 +45,15 @@ from vigil.platform.slo.actions import (
     SLOActions,
 )
 from vigil.platform.slo.burn import Severity, scaled_rules
-from vigil.platform.slo.sli import ALERTING, SLI
+from vigil.platform.slo.sli import ALERTING, SERVED, SLI
 from vigil.platform.slo.tracker import DeploymentSLO, SLIStatus, SLOTracker
 
 log = logging.getLogger(__name__)
 
 MIN_HOLD_S = 1.0
 MAX_RECOVERY_HOLD_S = 60.0
+# The actions that hold until switched off, each told to on-call as one alert.
+CONDITIONS = {"shed_batch": WebhookEvent.SHED, "fallback": WebhookEvent.FALLBACK}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +127,11 @@ def paging(status: DeploymentSLO) -> list[SLIStatus]:
 
 def burning_long(status: DeploymentSLO) -> list[SLIStatus]:
     """The SLIs whose burn over the fast page rule's long window is over its threshold."""
-    fast = scaled_rules(status.slo.window_s)[0].rule
+    fast = scaled_rules(status.slo.window_s)[0]
 
     def over(s: SLIStatus) -> bool:
         rate = s.burn_rates.get(fast.name)
-        return rate is not None and rate > fast.threshold
+        return rate is not None and rate > fast.rule.threshold
 
     return [s for sli, s in status.slis.items() if sli in ALERTING and over(s)]
 
@@ -145,7 +149,7 @@ def canary_verdict(status: DeploymentSLO, stable: str, candidate: str) -> Rollba
     """The first SLI on which the candidate (a canary or a shadow) is worse than stable by
     more than the margin, with enough requests on both to say so."""
     slo = status.slo
-    for sli in ALERTING:
+    for sli in SERVED:
         c = status.versions.get(candidate, {}).get(sli, (0, 0))
         s = status.versions.get(stable, {}).get(sli, (0, 0))
         if min(c[1], s[1]) < slo.rollback_min_requests:
@@ -192,8 +196,18 @@ class SLOLoop:
         self._shadows_judged: dict[str, str] = {}  # deployment -> shadow found worse
 
     async def start(self) -> None:
-        """Pick up the alerts still firing from before a restart."""
+        """Pick up the alerts still firing from before a restart; and end the actions
+        left on by a gateway that stopped or handed the loop on: they lived in its
+        memory, so they are off now, and on-call must not keep seeing them on."""
         self.firing = {a.fingerprint: a.severity for a in await self.plane.alerts.firing()}
+        for d in await self.plane.alerts.latest(list(CONDITIONS)):
+            mine = self._states.get(d.deployment, ActionState()).actions
+            if d.decision != "on" or getattr(mine, d.kind):
+                continue
+            reason = f"{d.deployment}: {d.kind} off, the SLO loop started afresh without it"
+            await self.plane.alerts.decide(
+                d.deployment, d.kind, "off", reason, {}, CONDITIONS[d.kind], False
+            )
 
     def stand_down(self) -> None:
         """Another gateway runs the loop now: switch off what this one switched on, and
@@ -224,18 +238,28 @@ class SLOLoop:
             if fp in self.firing:
                 continue
             assert s.severity is not None and s.rule is not None
-            summary = (
-                f"{name}: the {s.sli.value} SLO burns its error budget {s.severity.value}-fast "
-                f"(rule {s.rule.rule.name}: over {s.rule.rule.threshold:g}x in both windows)"
+            summary = f"{name}: the {s.sli.value} SLO burns {s.severity.value}-fast: " + (
+                s.rule.describe()
             )
-            await self.plane.alerts.fire(name, s.sli.value, s.severity.value, summary, _rates(s))
+            (long_window, _), (short_window, _) = s.rule.windows
+            details = {
+                **_rates(s),
+                "long_window": long_window,
+                "short_window": short_window,
+                "threshold": s.rule.rule.threshold,
+            }
+            await self.plane.alerts.fire(name, s.sli.value, s.severity.value, summary, details)
             self.firing[fp] = s.severity.value
         for sli in ALERTING:
+            paged = fingerprint(name, sli.value, Severity.PAGE.value) in wanted
             for severity in Severity:
                 fp = fingerprint(name, sli.value, severity.value)
-                if fp in self.firing and fp not in wanted:
-                    await self.plane.alerts.resolve(fp, _rates(status.slis[sli]))
-                    del self.firing[fp]
+                if fp not in self.firing or fp in wanted:
+                    continue
+                if severity is Severity.TICKET and paged:
+                    continue  # the burn got worse, not better: the ticket still stands
+                await self.plane.alerts.resolve(fp, _rates(status.slis[sli]))
+                del self.firing[fp]
 
     async def _actions(self, spec: DeploymentSpec, status: DeploymentSLO, now: float) -> None:
         state = self._states.get(spec.name, ActionState(changed_ts=now))
@@ -285,9 +309,14 @@ class SLOLoop:
             }
         else:
             reason = f"{spec.name}: {what} no more, the burn has stopped"
-        event = WebhookEvent.SHED if change.kind == "shed_batch" else WebhookEvent.FALLBACK
         await self.plane.alerts.decide(
-            spec.name, change.kind, "on" if change.on else "off", reason, details, event, change.on
+            spec.name,
+            change.kind,
+            "on" if change.on else "off",
+            reason,
+            details,
+            CONDITIONS[change.kind],
+            ongoing=change.on,
         )
         log.warning("%s", reason)
 

@@ -1,8 +1,8 @@
 """The SLOs on /metrics, read from the tracker at scrape time:
 `vigil_slo_error_budget_remaining_ratio{deployment,sli}` and
-`vigil_slo_burn_rate{deployment,sli,window}` (windows by the SRE workbook's names,
-scaled to each SLO's window), and the TTFT target that dashboards draw the percentiles
-against."""
+`vigil_slo_burn_rate{deployment,sli,window}` (each window by its real length, as
+Prometheus writes durations: 1h and 5m for a 30-day SLO, 5s and 417ms for a 1-hour one),
+and the TTFT target that dashboards draw the percentiles against."""
 
 from __future__ import annotations
 

@@ -8,17 +8,21 @@ there, read from the request's own clock and outcome.
                   (requests of two or more output tokens)
     availability  it ended without an engine or worker failure and without a queue
                   timeout; a client that left counts toward nothing
-    shed          it was admitted (the bad ones were refused with 429): the price of the
-                  protection, never an alert by itself
+    shed          an interactive request was admitted, or sent to the fallback deployment
+                  (which served it); the bad ones were refused with 429. Batch requests
+                  count toward nothing here: they are shed first by design, to keep
+                  interactive traffic within its targets.
 
-The TTFT and tokens/s targets are p99s, so those SLIs' objective is 0.99; availability and
-shed take the SLO's availability_target.
+The TTFT and tokens/s targets are p99s, so those SLIs' objective is 0.99; availability
+takes the SLO's availability_target, shed its admission_target (0.99 by default: at most
+1% of interactive requests shed over the window). Every SLI burns and alerts alike.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+from vigil.engine.request import Priority
 from vigil.platform.control.specs import SLOTargets
 from vigil.platform.telemetry.recorder import Outcome, RequestRecord
 
@@ -32,13 +36,22 @@ class SLI(StrEnum):
     SHED = "shed"
 
 
-ALERTING = (SLI.TTFT, SLI.TOKENS_PER_S, SLI.AVAILABILITY)
+# What a served request's clock and outcome say; a canary is judged against stable on these.
+SERVED = (SLI.TTFT, SLI.TOKENS_PER_S, SLI.AVAILABILITY)
+ALERTING = (*SERVED, SLI.SHED)
 
 
 def objective(sli: SLI, slo: SLOTargets) -> float:
     if sli in (SLI.TTFT, SLI.TOKENS_PER_S):
         return PERCENTILE_OBJECTIVE
+    if sli is SLI.SHED:
+        return slo.admission_target
     return slo.availability_target
+
+
+def counts_admission(priority: Priority) -> bool:
+    """Whether an admission verdict on a request of this class counts toward `shed`."""
+    return priority is Priority.INTERACTIVE
 
 
 def classify(record: RequestRecord, slo: SLOTargets) -> dict[SLI, bool]:

@@ -1,9 +1,10 @@
 """Good/total counts of every SLI, per deployment and per model version, and what they
 say about each deployment's error budget and burn rates.
 
-The recorder hands every ended request's record here, and admission every verdict; the
-counts go into time buckets (slo/windows.py) sized by each deployment's SLO window, so
-that memory is bounded by the number of deployments and versions, not of requests.
+The recorder hands every ended request's record here, and admission every verdict (the
+shed SLI counts interactive requests only); the counts go into time buckets
+(slo/windows.py) sized by each deployment's SLO window, so that memory is bounded by the
+number of deployments and versions, not of requests.
 `status` is read once a second by the SLO loop and at scrape time by /metrics.
 """
 
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vigil.engine.request import Priority
 from vigil.platform.control.specs import SLOTargets
 from vigil.platform.slo.burn import (
     ScaledRule,
@@ -21,7 +23,7 @@ from vigil.platform.slo.burn import (
     evaluate,
     scaled_rules,
 )
-from vigil.platform.slo.sli import SLI, classify, objective
+from vigil.platform.slo.sli import SLI, classify, counts_admission, objective
 from vigil.platform.slo.windows import WindowSet
 from vigil.platform.telemetry.recorder import RequestRecord
 
@@ -35,7 +37,7 @@ class SLIStatus:
     good: int  # over the SLO window
     total: int
     budget_remaining: float  # 1 untouched, 0 spent, below 0 overspent
-    burn_rates: dict[str, float | None]  # window name ("5m", "1h", ...) -> burn rate
+    burn_rates: dict[str, float | None]  # window by its real length ("1h", "5s") -> burn
     severity: Severity | None  # the alert the burn calls for
     rule: ScaledRule | None  # the rule that calls for it
 
@@ -94,9 +96,11 @@ class SLOTracker:
         for sli, good in classify(record, d.slo).items():
             d.add(record.version, sli, good, now, record.shadow)
 
-    def admission(self, deployment: str, version: str, admitted: bool) -> None:
+    def admission(self, deployment: str, version: str, admitted: bool, priority: Priority) -> None:
+        """A verdict on a request for `deployment`: admitted (there, or sent to its
+        fallback) or shed."""
         d = self._deployments.get(deployment)
-        if d is not None:
+        if d is not None and counts_admission(priority):
             d.add(version, SLI.SHED, admitted, self._clock())
 
     def deployments(self) -> list[str]:

@@ -60,7 +60,9 @@ class RecordSink(Protocol):
 
     def record(self, record: RequestRecord) -> None: ...
 
-    def admission(self, deployment: str, version: str, admitted: bool) -> None: ...
+    def admission(
+        self, deployment: str, version: str, admitted: bool, priority: Priority
+    ) -> None: ...
 
 
 class RequestRecorder:
@@ -77,9 +79,12 @@ class RequestRecorder:
         self._known: set[tuple[str, str]] = set()
         self.series = series or DeploymentSeries()  # the console's charts per deployment
 
-    def admission(self, deployment: str, version: str, decision: str, reason: str) -> None:
+    def admission(
+        self, deployment: str, version: str, decision: str, reason: str, priority: Priority
+    ) -> None:
         """An admission verdict: admitted, shed, or fallback (then a second verdict on
-        the fallback deployment follows)."""
+        the fallback deployment follows). For the SLIs, a request sent to the fallback
+        was admitted by the deployment it asked for: it was served."""
         m = self.metrics
         if (deployment, version) not in self._known:
             # Every outcome of a version it routes to exists from its first request, at 0:
@@ -94,8 +99,8 @@ class RequestRecorder:
             self.series.add_end(deployment, Outcome.SHED.value)
         elif decision == "fallback":
             self.series.add_fallback(deployment)
-        if self.sink is not None and decision in ("admitted", "shed"):
-            self.sink.admission(deployment, version, decision == "admitted")
+        if self.sink is not None:
+            self.sink.admission(deployment, version, decision != "shed", priority)
 
     def ttft_forecast(self, deployment: str, version: str, ratio: float) -> None:
         """A first token's time over admission's forecast of it."""

@@ -1,5 +1,6 @@
 """The Prometheus rules in ops/prometheus: valid, passing their own unit tests under
-promtool, and the same burn-rate rules Vigil evaluates itself."""
+promtool, and the same burn-rate rules Vigil evaluates itself (windows, thresholds and
+the fewest requests that may alert)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from vigil.platform.slo.burn import WINDOW_NAMES, WORKBOOK_RULES, Severity
+from vigil.platform.slo.burn import MIN_EVENTS, WORKBOOK_RULES, Severity, duration_name
 
 RULES = Path(__file__).parents[2] / "ops" / "prometheus"
 
@@ -38,11 +39,14 @@ def test_prometheus_burns_on_the_same_windows_and_thresholds_as_vigil() -> None:
     for rule in WORKBOOK_RULES:
         alert = alerts[expected[rule.severity]]
         assert alert["labels"]["severity"] == rule.severity.value
-        long_w, short_w = WINDOW_NAMES[rule.long_s], WINDOW_NAMES[rule.short_s]
+        long_w, short_w = duration_name(rule.long_s), duration_name(rule.short_s)
         threshold = f"{rule.threshold:g}"
         for window in (long_w, short_w):
             pattern = rf"rate{window} > on \(deployment, sli\) \({threshold} \*"
             assert re.search(pattern, alert["expr"]), (rule, window)
+        # As few requests in the short window as Vigil needs before it alerts.
+        enough = rf"increase\(vigil_slo_events_total\[{short_w}\]\)\) >= {MIN_EVENTS}(?!\d)"
+        assert re.search(enough, alert["expr"]), (rule, short_w)
 
 
 def test_the_scrape_config_is_valid_and_loads_the_rules() -> None:

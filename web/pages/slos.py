@@ -42,6 +42,7 @@ def _targets(form: Any) -> SLOTargets:
         auto_rollback=checked(form, "auto_rollback"),
         rollback_min_requests=min_requests,
         rollback_margin=number("rollback_margin", 0, 1),
+        admission_target=number("admission_target", 0, 1),
     )
 
 

@@ -25,6 +25,7 @@ from vigil.platform.control.deployments.records import (
 )
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import (
+    DEFAULT_WINDOW_S,
     ClassLimits,
     FallbackSpec,
     FallbackTrigger,
@@ -64,10 +65,11 @@ class SLOBody(In):
     min_tokens_per_s: float = 2.0
     batch_shed_fraction: float = 0.5
     availability_target: float = 0.999
-    window_s: float = 3600.0
+    window_s: float = DEFAULT_WINDOW_S  # 30 days: pages need 1 h and 5 min of fast burn
     auto_rollback: bool = True  # roll back a canary whose SLIs are worse than stable's
     rollback_min_requests: int = 50  # ...once each has served this many in the window
     rollback_margin: float = 0.05  # ...by more than this share of bad requests
+    admission_target: float = 0.99  # share of interactive requests not shed (429)
 
 
 class DeploymentIn(In):

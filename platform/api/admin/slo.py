@@ -23,9 +23,11 @@ class SLIOut(Struct, kw_only=True):
     good: int
     total: int
     budget_remaining: float
-    burn_rates: dict[str, float | None]  # window name -> rate; null: no requests there
+    # window by its real length ("1h", "5m"; "5s" in a 1-hour SLO window) -> rate;
+    # null: no requests there
+    burn_rates: dict[str, float | None]
     alert: str | None  # page, ticket, or null
-    rule: str | None  # the rule's long window, e.g. "1h"
+    rule: str | None  # the alert rule's long window, by its real length, e.g. "1h"
 
 
 class SLOStatusOut(Struct, kw_only=True):
@@ -47,7 +49,7 @@ def status_out(s: DeploymentSLO) -> SLOStatusOut:
                 budget_remaining=v.budget_remaining,
                 burn_rates=v.burn_rates,
                 alert=v.severity.value if v.severity else None,
-                rule=v.rule.rule.name if v.rule else None,
+                rule=v.rule.name if v.rule else None,
             )
             for sli, v in s.slis.items()
         },

@@ -1,8 +1,15 @@
-"""What the alerts domain hands out, and an alert in Alertmanager's shape."""
+"""What the alerts domain hands out, and an alert in Alertmanager's shape.
+
+An alert keeps one identity from firing to resolved: the same labels, so Alertmanager
+(which keys an alert by its labels) resolves the alert it has, and the same fingerprint,
+by which the outbox keeps one alert's messages in order. What changes is the status,
+and endsAt.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,10 +21,17 @@ ALERT_NAME = "VigilSLOBurn"
 NOT_ENDED = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
 
 
+def fingerprint_of(labels: Mapping[str, str]) -> str:
+    """A hash of the labels, like Alertmanager's: stable across episodes of the same
+    condition. `service` is left out (every Vigil alert has service=vigil)."""
+    text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "service")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def fingerprint(deployment: str, sli: str, severity: str) -> str:
-    """Stable across episodes of the same condition, like Alertmanager's."""
-    labels = f"alertname={ALERT_NAME},deployment={deployment},severity={severity},sli={sli}"
-    return hashlib.sha256(labels.encode()).hexdigest()[:16]
+    """An SLO alert's fingerprint, from its labels."""
+    labels = {"alertname": ALERT_NAME, "deployment": deployment, "severity": severity}
+    return fingerprint_of(labels | {"sli": sli})
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,23 +106,25 @@ class DecisionRecord:
             dict(row.details),
         )
 
-    def message(self, ongoing: bool) -> dict[str, Any]:
-        """The decision as an alert: firing while its state holds (`ongoing`, e.g. batch
-        shed), resolved when it ends or for a one-off (a rollback)."""
+    def message(self, ongoing: bool | None, starts_at: datetime | None = None) -> dict[str, Any]:
+        """The decision as an alert. A condition that holds until a later decision ends
+        it (batch shed, fallback): firing from now when `ongoing`, else resolved now, with
+        the startsAt of the decision that began it (`starts_at`) and the same labels, so
+        that both are one alert. A one-off (`ongoing` None, a rollback): resolved at once,
+        its decision a label of its own."""
         at = self.at.isoformat()
         name = "Vigil" + "".join(part.title() for part in self.kind.split("_"))
+        labels = {"alertname": name, "service": "vigil", "deployment": self.deployment}
+        if ongoing is None:
+            labels["decision"] = self.decision
+        labels["severity"] = "info"
+        began = starts_at if ongoing is False and starts_at is not None else self.at
         return {
             "status": "firing" if ongoing else "resolved",
-            "labels": {
-                "alertname": name,
-                "service": "vigil",
-                "deployment": self.deployment,
-                "decision": self.decision,
-                "severity": "info",
-            },
+            "labels": labels,
             "annotations": {"summary": self.reason},
-            "startsAt": at,
+            "startsAt": began.isoformat(),
             "endsAt": NOT_ENDED if ongoing else at,
             "generatorURL": "/api/admin/decisions",
-            "fingerprint": hashlib.sha256(f"{name},{self.deployment}".encode()).hexdigest()[:16],
+            "fingerprint": fingerprint_of(labels),
         }

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from vigil.platform.control.alerts.records import AlertRecord, DecisionRecord, fingerprint
 from vigil.platform.control.alerts.tables import Alert, Decision
-from vigil.platform.control.db import Service, utcnow
+from vigil.platform.control.db import Service, aware, utcnow
 from vigil.platform.control.webhooks.outbox import enqueue, subscribers
 from vigil.platform.control.webhooks.records import WebhookEvent
 
@@ -86,21 +87,37 @@ class AlertService(Service):
         reason: str,
         details: dict[str, Any],
         event: WebhookEvent | None = None,
-        ongoing: bool = False,
+        ongoing: bool | None = None,
     ) -> DecisionRecord:
         """Record an automatic decision; `event`: the webhooks to tell, with the decision
-        as an alert that is `ongoing` (firing) or over (resolved)."""
+        as an alert: for a condition of its `kind` that this decision switches on
+        (`ongoing` True: firing) or off (False: resolved, one alert with the decision
+        before it of the same deployment and kind, which began it); for a one-off
+        (None), resolved at once."""
         async with self._sessions.begin() as session:
+            began = await _newest(session, deployment, kind) if ongoing is False else None
             row = _decision_row(deployment, kind, decision, reason, details)
             session.add(row)
             await session.flush()
             record = DecisionRecord.of(row)
             targets = await subscribers(session, event) if event is not None else []
             if event is not None:
-                enqueue(session, targets, event.value, record.message(ongoing))
+                starts_at = aware(began.at) if began is not None else None
+                enqueue(session, targets, event.value, record.message(ongoing, starts_at))
         if targets:
             await self._on_change()
         return record
+
+    async def latest(self, kinds: Sequence[str]) -> list[DecisionRecord]:
+        """The newest decision of each deployment for each of these kinds."""
+        newest = (
+            select(func.max(Decision.id))
+            .where(Decision.kind.in_(kinds))
+            .group_by(Decision.deployment, Decision.kind)
+        )
+        stmt = select(Decision).where(Decision.id.in_(newest)).order_by(Decision.id)
+        async with self._sessions() as session:
+            return [DecisionRecord.of(row) for row in (await session.execute(stmt)).scalars()]
 
     async def decisions(
         self, deployment: str | None = None, kinds: Sequence[str] = (), limit: int = 100
@@ -113,6 +130,16 @@ class AlertService(Service):
             stmt = stmt.where(Decision.kind.in_(kinds))
         async with self._sessions() as session:
             return [DecisionRecord.of(row) for row in (await session.execute(stmt)).scalars()]
+
+
+async def _newest(session: AsyncSession, deployment: str, kind: str) -> Decision | None:
+    stmt = (
+        select(Decision)
+        .where(Decision.deployment == deployment, Decision.kind == kind)
+        .order_by(Decision.id.desc())
+        .limit(1)
+    )
+    return (await session.execute(stmt)).scalars().first()
 
 
 def _decision_row(

@@ -16,6 +16,7 @@ def check_slo(slo: SLOTargets) -> SLOTargets:
         ("min_tokens_per_s", slo.min_tokens_per_s >= 0, "at least 0"),
         ("batch_shed_fraction", 0 < slo.batch_shed_fraction <= 1, "above 0 and at most 1"),
         ("availability_target", 0 < slo.availability_target < 1, "between 0 and 1, e.g. 0.999"),
+        ("admission_target", 0 < slo.admission_target < 1, "between 0 and 1, e.g. 0.99"),
         ("window_s", slo.window_s >= 60, "at least 60 seconds"),
         ("rollback_min_requests", slo.rollback_min_requests >= 1, "at least 1"),
         ("rollback_margin", 0 <= slo.rollback_margin < 1, "at least 0 and below 1"),
@@ -42,6 +43,7 @@ def slo_of(row: SLO | None) -> SLOTargets:
         auto_rollback=row.auto_rollback,
         rollback_min_requests=row.rollback_min_requests,
         rollback_margin=row.rollback_margin,
+        admission_target=row.admission_target,
     )
 
 
@@ -54,6 +56,7 @@ def store_slo(row: SLO, slo: SLOTargets) -> None:
     row.auto_rollback = slo.auto_rollback
     row.rollback_min_requests = slo.rollback_min_requests
     row.rollback_margin = slo.rollback_margin
+    row.admission_target = slo.admission_target
 
 
 def slo_snapshot(slo: SLOTargets) -> dict[str, Any]:

@@ -60,7 +60,8 @@ class SLO(Base):
     min_tokens_per_s: Mapped[float] = mapped_column(Float)
     batch_shed_fraction: Mapped[float] = mapped_column(Float)
     availability_target: Mapped[float] = mapped_column(Float)  # e.g. 0.999
-    window_s: Mapped[float] = mapped_column(Float)  # e.g. 3600
+    window_s: Mapped[float] = mapped_column(Float)  # e.g. 2592000 (30 days)
     auto_rollback: Mapped[bool] = mapped_column(Boolean, default=True)
     rollback_min_requests: Mapped[int] = mapped_column(Integer, default=50)
     rollback_margin: Mapped[float] = mapped_column(Float, default=0.05)
+    admission_target: Mapped[float] = mapped_column(Float, default=0.99)  # interactive admitted

@@ -7,6 +7,12 @@ in the table.
 A message's payload is one alert in Alertmanager's shape (`status`, `labels`,
 `annotations`, `startsAt`, `endsAt`, `generatorURL`, `fingerprint`); the delivery loop
 wraps it for the webhook's format.
+
+Messages of one alert (one fingerprint) go to a webhook one at a time, in the order they
+were written: a message is due only once every older one of the same alert and webhook
+was delivered or given up. So a resolve never overtakes its firing, however the retries
+fall and whichever gateway sends them after a restart. Messages of different alerts, and
+test events (no fingerprint), go out independently.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from vigil.platform.control.db import Service, aware, utcnow
 from vigil.platform.control.names import must_exist
@@ -40,6 +47,7 @@ def enqueue(
                 webhook_id=webhook.id,
                 event=event,
                 payload=dict(alert),
+                alert_fingerprint=alert["fingerprint"],
             )
         )
     return len(webhooks)
@@ -80,13 +88,25 @@ class AttemptRecord:
 
 class OutboxService(Service):
     async def due(self, now: datetime, limit: int) -> list[DueMessage]:
-        """Undelivered messages whose next attempt is due, oldest first."""
+        """Undelivered messages whose next attempt is due and that no older message of
+        the same alert to the same webhook still waits before, oldest first."""
+        earlier = aliased(OutboxMessage)
+        waits_behind = (
+            select(earlier.id)
+            .where(earlier.webhook_id == OutboxMessage.webhook_id)
+            .where(earlier.alert_fingerprint == OutboxMessage.alert_fingerprint)
+            .where(earlier.id < OutboxMessage.id)
+            .where(earlier.delivered_at.is_(None))
+            .where(earlier.gave_up_at.is_(None))
+            .exists()
+        )
         stmt = (
             select(OutboxMessage, Webhook)
             .join(Webhook, OutboxMessage.webhook_id == Webhook.id)
             .where(OutboxMessage.delivered_at.is_(None))
             .where(OutboxMessage.gave_up_at.is_(None))
             .where(OutboxMessage.next_attempt_at <= now)
+            .where(~waits_behind)
             .order_by(OutboxMessage.id)
             .limit(limit)
         )

@@ -31,16 +31,22 @@ class Webhook(Base):
 class OutboxMessage(Base):
     """A message owed to one webhook, written in the same transaction as the change it
     reports, and sent by the delivery loop until delivered or too old. Its delivery_id
-    stays the same across retries, so a receiver can drop duplicates."""
+    stays the same across retries, so a receiver can drop duplicates. alert_fingerprint
+    names the alert it reports: a webhook gets one alert's messages in the order written
+    (None, for a test event: in no particular order)."""
 
     __tablename__ = "webhook_outbox"
-    __table_args__ = (Index("ix_webhook_outbox_pending", "delivered_at", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_webhook_outbox_pending", "delivered_at", "next_attempt_at"),
+        Index("ix_webhook_outbox_alert", "webhook_id", "alert_fingerprint"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     delivery_id: Mapped[str] = mapped_column(String(36), unique=True)
     webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
     event: Mapped[str] = mapped_column(String(40))
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    alert_fingerprint: Mapped[str | None] = mapped_column(String(32), default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     num_attempts: Mapped[int] = mapped_column(Integer, default=0)

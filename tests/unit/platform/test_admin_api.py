@@ -321,7 +321,13 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
     assert put.status_code == 200, put.text
     got = (await client.get(f"{DEPLOYMENT}/slo", headers=EVE)).json()
     assert got == put.json()
-    assert {k: got[k] for k in target} == target and got["window_s"] == 3600.0
+    assert {k: got[k] for k in target} == target
+    # Left out: the defaults, the workbook's 30-day window and 99% of interactive
+    # requests admitted.
+    assert (got["window_s"], got["admission_target"]) == (2_592_000.0, 0.99)
+    shed = {**target, "admission_target": 0.95}
+    put = await client.put(f"{DEPLOYMENT}/slo", json=shed, headers=OPS)
+    assert put.status_code == 200 and put.json()["admission_target"] == 0.95
 
 
 # ---- 4xx bodies that say what to fix
@@ -445,6 +451,14 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
             400,
             "slo.batch_shed_fraction",
             "at most 1",
+        ),
+        (
+            "PUT",
+            f"{DEPLOYMENT}/slo",
+            {"admission_target": 1.0},
+            400,
+            "slo.admission_target",
+            "between 0 and 1",
         ),
         ("GET", "/api/admin/audit?limit=5000", None, 400, "limit", "limit"),
     ],

@@ -8,7 +8,7 @@ import pytest
 
 from vigil.engine.request import Priority
 from vigil.platform.control.deployments.config_file import ConfigError, load_deployments
-from vigil.platform.control.specs import FallbackTrigger
+from vigil.platform.control.specs import FallbackTrigger, SLOTargets
 
 MODELS = {"smollm2-135m-instruct"}
 
@@ -29,7 +29,7 @@ model = "smollm2-135m-instruct"
 max_prompt_tokens = 1024
 max_tokens = 256
 interactive = { max_queue = 8, max_queue_wait_s = 5 }
-slo = { ttft_p99_s = 1.5, min_tokens_per_s = 10 }
+slo = { ttft_p99_s = 1.5, min_tokens_per_s = 10, admission_target = 0.95 }
 fallback = { deployment = "chat-small", trigger = "queue_wait", threshold_s = 2 }
 long_prompt_pool = { min_prompt_tokens = 512, max_queue = 2, max_num_seqs = 2 }
 
@@ -42,7 +42,8 @@ model = "smollm2-135m-instruct"
     assert (chat.max_prompt_tokens, chat.max_tokens) == (1024, 256)
     assert chat.limits[Priority.INTERACTIVE].max_queue == 8
     assert chat.limits[Priority.BATCH].max_queue == 256  # default kept
-    assert chat.slo.ttft_p99_s == 1.5
+    assert (chat.slo.ttft_p99_s, chat.slo.admission_target) == (1.5, 0.95)
+    assert small.slo == SLOTargets() and small.slo.window_s == 30 * 86400  # the defaults
     assert chat.fallback is not None and chat.fallback.trigger is FallbackTrigger.QUEUE_WAIT
     assert chat.long_prompt_pool is not None and chat.long_prompt_pool.min_prompt_tokens == 512
     assert small.fallback is None

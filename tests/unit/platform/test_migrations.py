@@ -194,3 +194,53 @@ def test_gateways_migrating_one_postgresql_at_once_all_succeed(postgres_url: str
     outputs = [p.communicate(timeout=300)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outputs
     assert current_revision(postgres_url) == head_revision()
+
+
+def slos_and_owed_messages_survive_0007_and_0008(url: str) -> None:
+    """An SLO stored before 0007 gets the default admission target and keeps its window;
+    a message still owed at 0007 gets its alert's fingerprint, so it is ordered with the
+    messages of its alert written later; delivered ones and test events are left be."""
+    migrate(url, "0006")
+    run_sql(
+        url,
+        "INSERT INTO models (id, name, kind, created_at) "
+        "VALUES (1, 'smol', 'generate', '2026-12-01')",
+        "INSERT INTO model_versions (id, model, version, kind, format, source, status, "
+        "created_at, updated_at, model_id, artifact, params) VALUES (1, 'smol', 'v1', "
+        "'generate', 'gguf', '/m.gguf', 'ready', '2026-12-01', '2026-12-01', 1, '/m.gguf', '{}')",
+        "INSERT INTO deployments (id, name, stable_version_id, canary_weight, revision, "
+        "limits, created_at, updated_at) "
+        "VALUES (1, 'chat', 1, 0, 1, '{}', '2026-12-01', '2026-12-01')",
+        "INSERT INTO slos (deployment_id, ttft_p99_s, min_tokens_per_s, batch_shed_fraction, "
+        "availability_target, window_s, auto_rollback, rollback_min_requests, "
+        "rollback_margin) VALUES (1, 2.0, 1.0, 0.5, 0.999, 3600, true, 50, 0.05)",
+        "INSERT INTO webhooks (id, name, url, secret, events, enabled, format, created_at) "
+        "VALUES (1, 'oncall', 'http://127.0.0.1:9/', 'whsec_0123456789abcdef', '[]', true, "
+        "'alertmanager_webhook', '2026-12-01')",
+    )
+    message = (
+        "INSERT INTO webhook_outbox (delivery_id, webhook_id, event, payload, created_at, "
+        "next_attempt_at, num_attempts, delivered_at) VALUES ('{}', 1, '{}', "
+        """'{{"status": "firing", "fingerprint": "{}"}}', '2026-12-01', '2026-12-01', 0, {})"""
+    )
+    run_sql(
+        url,
+        message.format("d1", "slo.burn", "aaaa", "NULL"),
+        message.format("d2", "slo.burn", "bbbb", "'2026-12-01'"),
+        message.format("d3", "test", "cccc", "NULL"),
+    )
+    migrate(url)
+    assert run_sql(url, "SELECT window_s, admission_target FROM slos") == [(3600.0, 0.99)]
+    owed = run_sql(url, "SELECT delivery_id, alert_fingerprint FROM webhook_outbox ORDER BY id")
+    assert owed == [("d1", "aaaa"), ("d2", None), ("d3", None)]
+    migrate(url, "0006")
+    assert run_sql(url, "SELECT window_s FROM slos") == [(3600.0,)]
+
+
+def test_sqlite_keeps_slos_and_orders_owed_messages_from_0008(tmp_path: Path) -> None:
+    slos_and_owed_messages_survive_0007_and_0008(f"sqlite+aiosqlite:///{tmp_path / 'v.db'}")
+
+
+@pytest.mark.postgres
+def test_postgresql_keeps_slos_and_orders_owed_messages_from_0008(postgres_url: str) -> None:
+    slos_and_owed_messages_survive_0007_and_0008(postgres_url)

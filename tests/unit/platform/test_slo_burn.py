@@ -1,14 +1,18 @@
 """Burn-rate arithmetic against hand-computed cases: budgets, the workbook's windows
-scaled to an SLO's window, both windows of a rule needed to alert, window edges."""
+scaled to an SLO's window and named by their real length, both windows of a rule needed
+to alert, and enough requests in its short window; window edges."""
 
 from __future__ import annotations
 
 import pytest
 
 from vigil.platform.slo.burn import (
+    MIN_EVENTS,
     Severity,
     budget_remaining,
     burn_rate,
+    duration_name,
+    duration_words,
     evaluate,
     scaled_rules,
 )
@@ -39,10 +43,41 @@ def test_the_workbooks_windows_scale_with_the_slo_window() -> None:
         (6 * 3600.0, 1800.0, 6.0),
         (3 * DAY, 6 * 3600.0, 1.0),
     ]
-    assert [r.rule.name for r in month] == ["1h", "6h", "3d"]
+    assert [r.name for r in month] == ["1h", "6h", "3d"]
     assert [w for r in month for w, _ in r.windows] == ["1h", "5m", "6h", "30m", "3d", "6h"]
     hour = scaled_rules(3600.0)  # a 1-hour SLO: the page windows are 5 s and 0.42 s
     assert hour[0].long_s == pytest.approx(5.0) and hour[0].short_s == pytest.approx(5 / 12)
+    # Named by what they are, not by the workbook's names for the windows they scale.
+    assert [w for r in hour for w, _ in r.windows] == [
+        "5s",
+        "417ms",
+        "30s",
+        "2s500ms",
+        "6m",
+        "30s",
+    ]
+
+
+def test_windows_are_named_as_prometheus_durations_and_said_in_words() -> None:
+    assert [duration_name(s) for s in (300.0, 3600.0, 3 * DAY, 30 * DAY)] == [
+        "5m",
+        "1h",
+        "3d",
+        "30d",
+    ]
+    assert duration_name(5040.0) == "1h24m" and duration_name(0.0694) == "69ms"
+    assert duration_words(300.0) == "5 min" and duration_words(2.5) == "2 s 500 ms"
+
+
+def test_a_rules_summary_names_the_windows_it_really_read() -> None:
+    month, hour = scaled_rules(30 * DAY), scaled_rules(3600.0)
+    assert month[0].describe() == (
+        "over 14.4x its error budget in both the last 1 h and the last 5 min"
+    )
+    assert (
+        hour[0].describe() == "over 14.4x its error budget in both the last 5 s and the last 417 ms"
+    )
+    assert month[2].describe() == "over 1x its error budget in both the last 3 d and the last 6 h"
 
 
 def fixed(rates: dict[float, tuple[int, int]]):  # type: ignore[no-untyped-def]
@@ -88,3 +123,21 @@ def test_window_counts_cover_their_window_to_one_bucket() -> None:
     assert counts.counts(400.0, 100.0) == (0, 1)
     with pytest.raises(AssertionError, match="no window of 50"):
         counts.counts(400.0, 50.0)
+
+
+def test_a_rule_needs_enough_requests_in_its_short_window() -> None:
+    """Every request bad, but only MIN_EVENTS - 1 of them in the fast page's 5 minutes:
+    no page from that rule; one more and it pages. The slower rules, with more in their
+    short windows, still speak."""
+    rules = scaled_rules(30 * DAY)
+    few = MIN_EVENTS - 1
+    counts = {w: (0, few) for r in rules for w in (r.long_s, r.short_s)}
+    assert evaluate(fixed(counts), 0.99, rules).severity is None
+    verdict = evaluate(fixed(counts), 0.99, rules, min_events=few)
+    assert verdict.severity is Severity.PAGE and verdict.rule is rules[0]
+    enough = {**counts, 300.0: (0, MIN_EVENTS)}
+    assert evaluate(fixed(enough), 0.99, rules).rule is rules[0]
+    slower = {**counts, 1800.0: (0, 40), 6 * 3600.0: (0, 40)}  # the 6h rule's windows
+    assert evaluate(fixed(slower), 0.99, rules).rule is rules[1]
+    # The rates are there to read either way.
+    assert evaluate(fixed(counts), 0.99, rules).rates[300.0] == pytest.approx(100.0)

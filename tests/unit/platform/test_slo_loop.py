@@ -8,13 +8,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes import report_loaded
+from sqlalchemy import select
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.engine.request import Priority, RequestClock
+from vigil.platform.control.alerts.records import NOT_ENDED, DecisionRecord
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.records import VersionKey
 from vigil.platform.control.migrate import migrate
@@ -26,7 +30,9 @@ from vigil.platform.control.specs import (
     SLOTargets,
     bundled_version,
 )
+from vigil.platform.control.webhooks.tables import OutboxMessage
 from vigil.platform.slo.actions import ActionBoard, Recovery, SLOActions
+from vigil.platform.slo.burn import MIN_EVENTS
 from vigil.platform.slo.loop import ActionState, Change, Signals, SLOLoop, plan_actions
 from vigil.platform.slo.sli import SLI
 from vigil.platform.slo.tracker import SLOTracker
@@ -132,10 +138,17 @@ async def test_a_ttft_burn_pages_sheds_falls_back_and_recovers(plane: ControlPla
     assert board.get(SMOLLM2) == SLOActions(shed_batch=True)
     [alert] = await plane.alerts.firing()
     assert (alert.sli, alert.severity) == ("ttft", "page")
-    assert alert.details["total"] == 50 and alert.details["burn_1h"] == pytest.approx(100.0)
+    assert alert.details["total"] == 50 and alert.details["burn_5s"] == pytest.approx(100.0)
+    # It says which windows it read: a 1-hour SLO window scales 1 h and 5 min down.
+    assert alert.summary == (
+        f"{SMOLLM2}: the ttft SLO burns page-fast: over 14.4x its error budget in both the "
+        "last 5 s and the last 417 ms"
+    )
+    assert (alert.details["long_window"], alert.details["short_window"]) == ("5s", "417ms")
+    assert alert.details["threshold"] == 14.4
     clock.now_ts += 6.0
-    for _ in range(5):
-        tracker.record(served(STABLE.key, ttft_s=3.0))  # still burning
+    for _ in range(MIN_EVENTS):  # still burning, with enough requests to say so
+        tracker.record(served(STABLE.key, ttft_s=3.0))
     await loop.tick()
     assert board.get(SMOLLM2) == SLOActions(shed_batch=True, fallback=True)
     assert len(await plane.alerts.firing()) == 1  # one alert for the episode
@@ -167,7 +180,7 @@ async def test_a_ttft_burn_pages_sheds_falls_back_and_recovers(plane: ControlPla
         ("shed_batch", "off"),
     ]
     on = (await plane.alerts.decisions(SMOLLM2, ["shed_batch"]))[-1]
-    assert on.details["ttft"]["burn_5m"] == pytest.approx(100.0)
+    assert on.details["ttft"]["burn_417ms"] == pytest.approx(100.0)
     restarted = SLOLoop(tracker, board, plane, lambda: {}, lambda _: STABLE.key, clock)
     await restarted.start()  # a restart picks up what is still firing
     assert list(restarted.firing.values()) == ["ticket"]
@@ -322,3 +335,108 @@ async def test_a_gateway_that_hands_the_loop_on_switches_its_actions_off(
     assert len(await plane.alerts.firing()) == 1
     fired = [d for d in await plane.alerts.decisions(SMOLLM2) if d.kind == "alert"]
     assert len(fired) == 1
+
+
+async def owed(plane: ControlPlane) -> list[dict[str, Any]]:
+    """Every message written to the outbox, oldest first."""
+    async with plane.outbox._sessions() as session:
+        rows = (await session.execute(select(OutboxMessage).order_by(OutboxMessage.id))).scalars()
+        return [row.payload for row in rows]
+
+
+async def test_shed_and_fallback_are_each_one_alert_from_on_to_off(plane: ControlPlane) -> None:
+    """On-call (or an Alertmanager) sees batch shedding and the fallback as alerts that
+    fire while they are on and resolve when they are off: the same labels and fingerprint
+    both times, the resolve starting when the firing did and ending when it ended."""
+    await plane.webhooks.create("oncall", "http://127.0.0.1:9/", ["shed", "fallback"], actor="o")
+    clock = Clock()
+    tracker, board = SLOTracker(clock), ActionBoard()
+    spec = DeploymentSpec(
+        SMOLLM2, STABLE, slo=SLO, fallback=FallbackSpec("lite", FallbackTrigger.QUEUE_WAIT, 9.0)
+    )
+    tracker.set_targets({SMOLLM2: SLO})
+    loop = SLOLoop(tracker, board, plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock)
+    for _ in range(50):
+        tracker.record(served(STABLE.key, ttft_s=3.0))
+    await loop.tick()
+    clock.now_ts += 6.0
+    for _ in range(MIN_EVENTS):
+        tracker.record(served(STABLE.key, ttft_s=3.0))
+    await loop.tick()
+    for _ in range(4):  # quiet: fallback off, then shedding off
+        clock.now_ts += 6.0
+        await loop.tick()
+    assert board.get(SMOLLM2) == SLOActions()
+    messages = await owed(plane)
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for m in messages:
+        by_name.setdefault(m["labels"]["alertname"], []).append(m)
+    assert set(by_name) == {"VigilShedBatch", "VigilFallback"}
+    for name, (firing, resolved) in by_name.items():
+        assert (firing["status"], resolved["status"]) == ("firing", "resolved"), name
+        assert (
+            firing["labels"]
+            == resolved["labels"]
+            == {
+                "alertname": name,
+                "service": "vigil",
+                "deployment": SMOLLM2,
+                "severity": "info",
+            }
+        )
+        assert firing["fingerprint"] == resolved["fingerprint"]
+        assert resolved["startsAt"] == firing["startsAt"]
+        assert firing["endsAt"] == NOT_ENDED and resolved["endsAt"] > resolved["startsAt"]
+    kinds = {"VigilShedBatch": "shed_batch", "VigilFallback": "fallback"}
+    for name, (_, resolved) in by_name.items():
+        [off, on] = [d for d in await plane.alerts.decisions(SMOLLM2, [kinds[name]])]
+        assert (on.decision, off.decision) == ("on", "off")
+        assert resolved["startsAt"] == on.at.isoformat()
+        assert resolved["endsAt"] == off.at.isoformat()
+
+
+async def test_actions_left_on_by_a_stopped_gateway_are_resolved_when_the_loop_starts(
+    plane: ControlPlane,
+) -> None:
+    """Actions live in the memory of the gateway that runs the loop: one that starts
+    afresh has none on, so an alert still firing for one would never resolve."""
+    await plane.webhooks.create("oncall", "http://127.0.0.1:9/", ["shed"], actor="o")
+    clock = Clock()
+    tracker, board = SLOTracker(clock), ActionBoard()
+    spec = DeploymentSpec(SMOLLM2, STABLE, slo=SLO)
+    tracker.set_targets({SMOLLM2: SLO})
+    loop = SLOLoop(tracker, board, plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key, clock)
+    await loop.start()
+    for _ in range(50):
+        tracker.record(served(STABLE.key, ttft_s=3.0))
+    await loop.tick()
+    await loop.start()  # started again while on: what it switched on stays on
+    assert [d.decision for d in await plane.alerts.decisions(SMOLLM2, ["shed_batch"])] == ["on"]
+    restarted = SLOLoop(
+        SLOTracker(clock), ActionBoard(), plane, lambda: {SMOLLM2: spec}, lambda _: STABLE.key
+    )
+    await restarted.start()
+    [off, on] = await plane.alerts.decisions(SMOLLM2, ["shed_batch"])
+    assert (on.decision, off.decision) == ("on", "off")
+    firing, resolved = await owed(plane)
+    assert (firing["status"], resolved["status"]) == ("firing", "resolved")
+    assert firing["fingerprint"] == resolved["fingerprint"]
+    assert resolved["startsAt"] == firing["startsAt"]
+    await restarted.start()  # nothing left on: nothing more to say
+    assert len(await owed(plane)) == 2
+
+
+def test_a_one_off_decision_keeps_its_own_shape() -> None:
+    """A rollback is over when it is told: resolved at once, its decision a label."""
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    rollback = DecisionRecord(1, at, "chat", "rollback", "rolled_back", "worse", {})
+    alert = rollback.message(None)
+    assert alert["status"] == "resolved" and alert["startsAt"] == alert["endsAt"]
+    assert alert["labels"]["alertname"] == "VigilRollback"
+    assert alert["labels"]["decision"] == "rolled_back"
+    on = DecisionRecord(2, at, "chat", "shed_batch", "on", "shedding", {})
+    off = DecisionRecord(3, at + timedelta(minutes=5), "chat", "shed_batch", "off", "done", {})
+    firing, resolved = on.message(True), off.message(False, starts_at=on.at)
+    assert firing["labels"] == resolved["labels"] and "decision" not in firing["labels"]
+    assert firing["fingerprint"] == resolved["fingerprint"] != alert["fingerprint"]
+    assert (resolved["startsAt"], resolved["endsAt"]) == (at.isoformat(), off.at.isoformat())

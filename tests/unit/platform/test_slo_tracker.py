@@ -1,16 +1,20 @@
-"""SLIs read from each request's record, and a deployment's budget and burn rates from
-their counts, per version and all versions together; on a clock the test holds."""
+"""SLIs read from each request's record and each admission verdict on an interactive
+request, and a deployment's budget and burn rates from their counts, per version and all
+versions together; on a clock the test holds."""
 
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from vigil.engine.request import Priority, RequestClock
 from vigil.platform.control.specs import SLOTargets
 from vigil.platform.slo.burn import Severity
-from vigil.platform.slo.sli import SLI, classify
+from vigil.platform.slo.sli import ALERTING, SLI, classify, objective
 from vigil.platform.slo.tracker import SLOTracker
-from vigil.platform.telemetry.recorder import Outcome, RequestRecord
+from vigil.platform.telemetry.live import LiveSeries
+from vigil.platform.telemetry.metrics import Metrics
+from vigil.platform.telemetry.recorder import Outcome, RequestRecord, RequestRecorder
 
 SLO = SLOTargets(ttft_p99_s=1.0, min_tokens_per_s=10.0, availability_target=0.99, window_s=720.0)
 
@@ -71,14 +75,51 @@ def test_budget_and_burn_rates_per_deployment_and_counts_per_version() -> None:
     # 10 bad of 100 at a 99% objective: 10 times the budget, all spent and overspent.
     assert (ttft.good, ttft.total, ttft.objective) == (90, 100, 0.99)
     assert ttft.budget_remaining == pytest.approx(-9.0)
-    assert ttft.burn_rates["5m"] == pytest.approx(10.0)  # every window holds them all
-    # 10 is under the first page rule's 14.4 and over the second's 6: a page, by "6h".
+    # A 720 s SLO window scales the workbook's 5 minutes to 83 ms, and says so.
+    assert ttft.burn_rates["83ms"] == pytest.approx(10.0)  # every window holds them all
+    assert set(ttft.burn_rates) == {"1s", "83ms", "6s", "500ms", "1m12s"}
+    # 10 is under the first page rule's 14.4 and over the second's 6: a page, by the
+    # rule whose long window is the workbook's 6 h (6 s here).
     assert ttft.severity is Severity.PAGE and ttft.rule is not None
-    assert ttft.rule.rule.name == "6h"
+    assert ttft.rule.name == "6s"
     assert status.versions["m@canary"][SLI.TTFT] == (0, 10)
     assert status.versions["m@1"][SLI.TTFT] == (90, 90)
-    tracker.admission("chat", "m@1", admitted=False)
+    tracker.admission("chat", "m@1", admitted=False, priority=Priority.INTERACTIVE)
     assert tracker.status("chat").slis[SLI.SHED].total == 1  # type: ignore[union-attr]
+
+
+def test_shedding_interactive_requests_burns_the_admission_target() -> None:
+    """The shed SLI has its own objective and alerts like the others; it counts
+    interactive requests only (batch is shed first on purpose), and a request sent to
+    the fallback deployment was admitted for the one it asked for."""
+    slo = SLOTargets(window_s=720.0, admission_target=0.95)
+    assert SLI.SHED in ALERTING and objective(SLI.SHED, slo) == 0.95
+    assert objective(SLI.SHED, SLOTargets()) == 0.99  # the default: at most 1% shed
+    clock = Clock()
+    tracker = SLOTracker(clock)
+    tracker.set_targets({"chat": slo, "lite": slo})
+    recorder = RequestRecorder(Metrics(CollectorRegistry()), LiveSeries(), tracker)
+    for _ in range(50):
+        recorder.admission("chat", "m@1", "shed", "slo_burn", Priority.BATCH)
+    status = tracker.status("chat")
+    assert status is not None and status.slis[SLI.SHED].total == 0
+    for _ in range(17):
+        recorder.admission("chat", "m@1", "admitted", "ok", Priority.INTERACTIVE)
+    for _ in range(3):
+        recorder.admission("chat", "m@1", "shed", "queue_full", Priority.INTERACTIVE)
+    shed = tracker.status("chat").slis[SLI.SHED]  # type: ignore[union-attr]
+    # 3 of 20 shed against a budget of 5%: a burn of 3 over every window, a ticket.
+    assert (shed.good, shed.total, shed.objective) == (17, 20, 0.95)
+    assert shed.burn_rates["1s"] == pytest.approx(3.0) and shed.severity is Severity.TICKET
+    for _ in range(60):  # 63 of 80 shed: a burn of 15.75, over the fast page's 14.4
+        recorder.admission("chat", "m@1", "shed", "queue_full", Priority.INTERACTIVE)
+    shed = tracker.status("chat").slis[SLI.SHED]  # type: ignore[union-attr]
+    assert shed.severity is Severity.PAGE and shed.rule is not None and shed.rule.name == "1s"
+    for _ in range(10):  # sent to lite, which admits them: admitted for both
+        recorder.admission("chat", "m@1", "fallback", "slo_burn", Priority.INTERACTIVE)
+        recorder.admission("lite", "m@2", "admitted", "ok", Priority.INTERACTIVE)
+    assert tracker.status("chat").slis[SLI.SHED].good == 27  # type: ignore[union-attr]
+    assert tracker.status("lite").slis[SLI.SHED].good == 10  # type: ignore[union-attr]
 
 
 def test_an_slo_change_starts_counting_afresh_and_unknown_deployments_are_ignored() -> None:

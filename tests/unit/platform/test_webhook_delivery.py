@@ -251,3 +251,68 @@ async def test_a_message_goes_out_when_written_not_at_the_next_poll(plane: Contr
             assert receiver.received and time.monotonic() - t0 < POLL_INTERVAL_S / 2
         finally:
             loop.cancel()
+
+
+async def test_an_alerts_resolve_waits_behind_its_firing_across_retries_and_restarts(
+    database_url: str, plane: ControlPlane
+) -> None:
+    """The firing fails and is put off; the resolve, written meanwhile, is not due until
+    the firing is delivered, even to a deliverer started afresh over the same database;
+    another alert's messages, and test events, do not wait on it."""
+    receiver = Receiver(down=True)
+    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+        await plane.webhooks.create(
+            "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], secret=SECRET, actor="o"
+        )
+        fired = await plane.alerts.fire("chat", "ttft", "page", "chat burns", {})
+        assert fired is not None
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, rng=random.Random(2))
+        assert await delivery.send_due() == 1  # the firing fails: put off
+        await plane.alerts.resolve(fired.fingerprint, {})
+        other = await plane.alerts.fire("chat", "availability", "page", "it fails", {})
+        assert other is not None
+        test_id = await plane.outbox.send_test("oncall")
+        later = datetime.now(UTC) + timedelta(hours=1)  # every back-off has passed
+        assert [(m.event, m.payload["status"]) for m in await plane.outbox.due(later, 10)] == [
+            ("slo.burn", "firing"),
+            ("slo.burn", "firing"),  # the other alert's
+            ("test", "firing"),
+        ]
+        await _all_due_now(plane)
+        assert await delivery.send_due() == 3  # all down again; the resolve is not sent
+        # A restart: a new engine and services over the same database.
+        engine = create_engine(database_url)
+        try:
+            restarted = ControlPlane(session_factory(engine))
+            assert len(await restarted.outbox.due(later, 10)) == 3  # still not the resolve
+            receiver.down = False
+            await _all_due_now(restarted)
+            fresh = WebhookDelivery(restarted.outbox, client, max_age_s=60)
+            assert await fresh.send_due() == 3
+            [resolve] = await restarted.outbox.due(later, 10)  # its firing is delivered now
+            assert resolve.payload["status"] == "resolved"
+            assert await fresh.send_due() == 1
+        finally:
+            await engine.dispose()
+    statuses = [
+        (r["alerts"][0]["labels"].get("sli"), r["alerts"][0]["status"]) for r in receiver.received
+    ]
+    assert statuses.index(("ttft", "firing")) < statuses.index(("ttft", "resolved"))
+    assert test_id in receiver.delivery_ids and len(receiver.received) == 4
+
+
+async def test_a_resolve_goes_out_once_its_firing_is_given_up(plane: ControlPlane) -> None:
+    """A firing too old to send any more no longer holds its resolve back."""
+    async with httpx.AsyncClient() as client:
+        await plane.webhooks.create(
+            "nowhere", "http://127.0.0.1:9/hook", ["slo.burn", "slo.recovered"], actor="ops"
+        )
+        fired = await plane.alerts.fire("chat", "ttft", "page", "chat burns", {})
+        assert fired is not None
+        await plane.alerts.resolve(fired.fingerprint, {})
+        [firing] = await plane.outbox.due(datetime.now(UTC), 10)
+        assert firing.payload["status"] == "firing"
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=0.0)
+        assert await delivery.send_due() == 1  # fails, too old to retry: given up
+        [resolve] = await plane.outbox.due(datetime.now(UTC), 10)
+        assert resolve.payload["status"] == "resolved"

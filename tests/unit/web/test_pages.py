@@ -108,6 +108,7 @@ async def test_an_operator_edits_an_slo_and_a_viewer_cannot(console: Console) ->
         "ttft_p99_s": "1.5",
         "min_tokens_per_s": "4",
         "availability_target": "0.99",
+        "admission_target": "0.95",
         "window_s": "3600",
         "batch_shed_fraction": "0.5",
         "rollback_min_requests": "20",
@@ -117,6 +118,7 @@ async def test_an_operator_edits_an_slo_and_a_viewer_cannot(console: Console) ->
     assert saved.status_code == 200 and "Saved the SLO" in saved.text
     slo = await console.services.plane.deployments.get_slo(SMOLLM2)
     assert slo.ttft_p99_s == 1.5 and slo.auto_rollback is False and slo.rollback_min_requests == 20
+    assert slo.admission_target == 0.95 and 'name="admission_target"' in saved.text
     await console.sign_in("vera")
     assert (await console.post(f"/console/slos/{SMOLLM2}", form)).status_code == 403
 
