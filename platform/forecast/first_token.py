@@ -8,14 +8,18 @@ admits waiting prompts, chunked when long. A sequence leaves at its last output 
 its slot free for the next step. While nothing can be admitted (no slot, or nobody
 waiting) and nothing is being prefilled, the steps only decode, and are taken in one
 go up to the next sequence to leave. The new request waits behind every request of its
-class or a better one (interactive before batch, first come first served); a step
-already running when it arrives is half done, on average.
+class or a better one (interactive before batch, first come first served). The
+engine takes new requests between steps, and the step running when one arrives is
+counted whole: a client that sends its next request when its last answer ends arrives
+as a step begins (measured: the queue span of closed-loop clients is one step long).
 
 What is not known is estimated by the caller: how many tokens each running sequence
 and each waiting one will still produce (gateway/lease.py, from the lengths of recent
-answers). KV memory is not modelled: the engine preempts when it runs short, which is
-rare below its capacity, and the capacity planner (planning/simulate.py, the same step
-costs) is where memory is planned.
+answers), and how much of each prompt the prefix cache holds (gateway/prefixes.py):
+those tokens are not computed, though the rest attends to them. KV memory is not
+modelled: the engine preempts when it runs short, which is rare below its capacity,
+and the capacity planner (planning/simulate.py, the same step costs) is where memory
+is planned.
 
 The work is bounded: it stops at horizon_s (a caller deciding against a target needs
 no more), and each pass through the loop either admits a prompt, prefills a chunk or
@@ -40,6 +44,7 @@ class Waiting:
     priority: Priority
     num_prompt_tokens: int
     num_output_tokens: int  # expected
+    num_cached_tokens: int = 0  # of the prompt, likely in the prefix cache (not computed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +75,12 @@ def first_token_s(
     priority: Priority,
     num_prompt_tokens: int,
     horizon_s: float = float("inf"),
+    num_cached_tokens: int = 0,
 ) -> float:
     """Seconds from now to a new request's first token (horizon_s at most, roughly: the
     step that crosses it is counted whole)."""
     ahead = tuple(w for w in load.waiting if w.priority <= priority)
-    new = Waiting(priority, num_prompt_tokens, 1)
+    new = Waiting(priority, num_prompt_tokens, 1, num_cached_tokens)
     times = first_tokens_s(costs, replace(load, waiting=(*ahead, new)), horizon_s)
     return times[-1] if times[-1] is not None else horizon_s
 
@@ -87,19 +93,16 @@ def first_tokens_s(
 ) -> list[float | None]:
     """When each of load.waiting gets its first token, in seconds from now, in the order
     the engine takes them (interactive first, then batch; arrival order within each);
-    None past horizon_s. in_progress_s: what is left of the step running now (None: half
-    a decode step of the running batch, on average; none when nothing runs)."""
+    None past horizon_s. in_progress_s: what is left of the step running now (None: a
+    whole decode step of the running batch; none when nothing runs)."""
     order = sorted(load.waiting, key=lambda w: w.priority)
-    queue = deque(
-        _Prefill(i, max(1, w.num_prompt_tokens), 0, w.num_output_tokens)
-        for i, w in enumerate(order)
-    )
+    queue = deque(_prefill(i, w) for i, w in enumerate(order))
     times: list[float | None] = [None] * len(order)
     step = 0  # steps taken
     leave_at = sorted(max(1, n) for n in load.running)  # a heap: the step of each last token
     prefilling: list[_Prefill] = []
     if in_progress_s is None:
-        in_progress_s = costs.decode_s(len(leave_at)) / 2 if leave_at else 0.0
+        in_progress_s = costs.decode_s(len(leave_at)) if leave_at else 0.0
     t = in_progress_s
     while t < horizon_s and (queue or prefilling):
         free = load.max_num_seqs - len(leave_at) - len(prefilling)
@@ -136,6 +139,13 @@ def first_tokens_s(
                 if p.num_output_tokens > 1:  # its first token came with this step
                     heapq.heappush(leave_at, step + p.num_output_tokens - 1)
     return times
+
+
+def _prefill(index: int, waiting: Waiting) -> _Prefill:
+    """What is left to compute of a waiting prompt: its last token at least."""
+    cached = min(waiting.num_cached_tokens, waiting.num_prompt_tokens - 1)
+    left = max(1, waiting.num_prompt_tokens - cached)
+    return _Prefill(index, left, max(0, cached), waiting.num_output_tokens)
 
 
 def _leave(leave_at: list[int], step: int) -> None:

@@ -86,10 +86,12 @@ def decide(
     spec: DeploymentSpec,
     allow_fallback: bool = True,
     actions: SLOActions = NO_ACTIONS,
+    cached_tokens: int = 0,
 ) -> Admission:
+    """cached_tokens: of the prompt, likely in the replica's prefix cache."""
     slo = spec.slo
     idle = load.engine.idle
-    ttft = forecast(load, priority, prompt_tokens, HORIZON_TARGETS * slo.ttft_p99_s)
+    ttft = forecast(load, priority, prompt_tokens, HORIZON_TARGETS * slo.ttft_p99_s, cached_tokens)
     if priority is Priority.BATCH and actions.shed_batch:
         return _shed(Reason.SLO_BURN, ttft, slo.ttft_p99_s)
     if priority is Priority.INTERACTIVE and allow_fallback and spec.fallback is not None:
@@ -125,12 +127,16 @@ def decide(
 
 
 def forecast(
-    load: LoadSnapshot, priority: Priority, prompt_tokens: int, horizon_s: float
+    load: LoadSnapshot,
+    priority: Priority,
+    prompt_tokens: int,
+    horizon_s: float,
+    cached_tokens: int = 0,
 ) -> float | None:
     """The request's time to first token on the snapshot's replica; None without costs."""
     if load.costs is None:
         return None
-    return first_token_s(load.costs, load.engine, priority, prompt_tokens, horizon_s)
+    return first_token_s(load.costs, load.engine, priority, prompt_tokens, horizon_s, cached_tokens)
 
 
 def _shed(reason: Reason, predicted: float | None, limit_s: float) -> Admission:

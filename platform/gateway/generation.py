@@ -56,6 +56,7 @@ from vigil.platform.gateway.params import (
     prompt_ids,
     sampling,
 )
+from vigil.platform.gateway.prefixes import PrefixMemory, block_hashes
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import ServingView, engine_key
 from vigil.platform.gateway.shadow import PRIORITY as SHADOW_PRIORITY
@@ -89,6 +90,9 @@ class _Placement:
     prompt_ids: list[int]
     max_tokens: int
     load: LoadSnapshot
+    block_hashes: list[int]  # of the prompt's full blocks, as that engine caches them
+    num_cached_tokens: int  # of the prompt, likely in that engine's prefix cache
+    capacity_blocks: int  # KV blocks of that engine
 
 
 class GenerationService:
@@ -112,6 +116,7 @@ class GenerationService:
         self.actions = actions
         self.shadows = shadows
         self.offered = OfferedLoad()  # what each deployment is asked, for the SLO loop
+        self.prefixes = PrefixMemory()  # what each engine likely holds in its prefix cache
 
     async def start(
         self, params: GenerationParams, principal: Principal, arrival_ts: float
@@ -191,7 +196,14 @@ class GenerationService:
             expected = self.loads.expected_output(place.key, place.max_tokens)
             self.offered.add(spec.name, len(place.prompt_ids), expected)
         actions = self.actions.get(spec.name)
-        admission = decide(priority, len(place.prompt_ids), place.load, spec, actions=actions)
+        admission = decide(
+            priority,
+            len(place.prompt_ids),
+            place.load,
+            spec,
+            actions=actions,
+            cached_tokens=place.num_cached_tokens,
+        )
         route = Route()
         if admission.verdict is Verdict.FALLBACK:
             assert spec.fallback is not None
@@ -212,7 +224,12 @@ class GenerationService:
                 except InvalidRequest as exc:
                     route = Route(skipped=f"{fallback.name}: {exc.code or 'does not fit'}")
             admission = decide(
-                priority, len(place.prompt_ids), place.load, place.spec, allow_fallback=False
+                priority,
+                len(place.prompt_ids),
+                place.load,
+                place.spec,
+                allow_fallback=False,
+                cached_tokens=place.num_cached_tokens,
             )
         self._record(place, admission, priority)
         return place, admission, route
@@ -244,7 +261,9 @@ class GenerationService:
                 predicted_ttft_s,
                 shadow,
                 context,
+                place.num_cached_tokens,
             )
+            self.prefixes.remember(place.key, replica.id, place.block_hashes, place.capacity_blocks)
             try:
                 return lease, await self.link.open(replica, place.key, request, headers)
             except WorkerUnreachable:
@@ -315,7 +334,16 @@ class GenerationService:
         costs = report.costs.costs() if report.costs is not None else None
         engine_limits = (limits.max_num_seqs, limits.max_num_batched_tokens)
         load = self.loads.snapshot(key, replica.id, engine_limits, costs)
-        return _Placement(spec, version, key, replica, ids, max_tokens, load)
+        hashes, cached, capacity = [], 0, 0
+        if limits.prefix_caching and limits.block_size:
+            hashes = block_hashes(ids, limits.block_size)
+            cached = self.prefixes.cached_tokens(
+                key, replica.id, hashes, limits.block_size, len(ids)
+            )
+            capacity = limits.kv_capacity_tokens // limits.block_size
+        return _Placement(
+            spec, version, key, replica, ids, max_tokens, load, hashes, cached, capacity
+        )
 
     def _record(self, place: _Placement, admission: Admission, priority: Priority) -> None:
         verdict, reason = admission.verdict.value, admission.reason.value

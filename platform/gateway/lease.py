@@ -72,6 +72,7 @@ class Lease:
     max_tokens: int
     clock: RequestClock  # the request's own; arrival_ts is its arrival at the gateway
     book: LoadBook
+    num_cached_tokens: int = 0  # of its prompt, likely in the prefix cache there
     predicted_ttft_s: float | None = None  # admission's prediction, when it had one
     shadow: bool = False  # a mirrored copy (gateway/shadow.py)
     context: RequestContext | None = None  # the API request's log fields and trace
@@ -176,6 +177,7 @@ class LoadBook:
         predicted_ttft_s: float | None = None,
         shadow: bool = False,
         context: RequestContext | None = None,
+        num_cached_tokens: int = 0,
     ) -> Lease:
         lease = Lease(
             request_id,
@@ -188,6 +190,7 @@ class LoadBook:
             max_tokens,
             clock,
             self,
+            num_cached_tokens,
             predicted_ttft_s,
             shadow,
             context,
@@ -257,7 +260,10 @@ class LoadBook:
             queued[p] += 1
             oldest[p] = max(oldest[p], now - lease.clock.arrival_ts)
             if here:
-                waiting.append(Waiting(p, lease.num_prompt_tokens, left(lease.max_tokens, 0)))
+                expected = left(lease.max_tokens, 0)
+                waiting.append(
+                    Waiting(p, lease.num_prompt_tokens, expected, lease.num_cached_tokens)
+                )
         max_num_seqs, max_num_batched_tokens = limits
         return LoadSnapshot(
             queued=queued,

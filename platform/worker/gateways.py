@@ -76,6 +76,7 @@ def report(slot: Slot) -> SlotReport:
             block_size=core.config.block_size,
             kv_bytes_per_token=core.kv_bytes_per_token,
             max_num_batched_tokens=core.config.max_num_batched_tokens,
+            prefix_caching=core.config.enable_prefix_caching,
         )
         stats = stats_wire(slot.engine.stats())
         measured = slot.profile.costs()

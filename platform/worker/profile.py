@@ -16,8 +16,8 @@ Two sources of steps, added together:
   takes traffic: the prior, each of its steps weighing 1 for the engine's life, so that
   a cold engine is never predicted from nothing, and an idle one from what it costs
   idle. Something else busy on the machine only ever makes a step slower: the prior
-  takes the median of the decode steps of each batch size (the calibration runs each
-  step that prefills twice and keeps the faster);
+  takes the fastest decode step of each batch size (the calibration runs each step
+  that prefills twice and keeps the faster);
 - the live steps, each weighing 1 when it ends and exp(-age / DECAY_S) after: a few
   seconds of traffic outweigh the calibration, and what an overload taught is gone
   minutes after it (an hour later, e^-60 of it). Steps slowed by something else on the
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 import threading
 import time
 from collections.abc import Iterable
@@ -113,8 +112,8 @@ class StepProfile:
         with self._lock:
             for num_seqs, times in by_size.items():
                 sums = self._prior_decode.setdefault(bucket_of(num_seqs), [0.0] * 3)
-                median = statistics.median(times)
-                for i, v in enumerate(_decode_terms(num_seqs, median)):
+                fastest = min(times)
+                for i, v in enumerate(_decode_terms(num_seqs, fastest)):
                     sums[i] += len(times) * v
             for step in prefill:
                 for i, v in enumerate(_prefill_terms(step)):

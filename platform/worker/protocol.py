@@ -84,6 +84,7 @@ class SlotLimits(Struct):
     block_size: int = 0
     kv_bytes_per_token: int = 0
     max_num_batched_tokens: int = 0
+    prefix_caching: bool = False  # whether the engine reuses cached prompt blocks
 
 
 class DecodePointWire(Struct, frozen=True):

@@ -39,10 +39,10 @@ def test_prompts_alone_then_a_staircase_of_batches_then_a_probe(smollm2_tokenize
 
     assert shapes == [
         *[(1, n) for n in PROMPT_LENGTHS],  # each the faster of two runs
-        (1, 8), *decode(1),  # the first prompt of the staircase, then its decodes
-        (2, 9), *decode(2),  # one decode beside a newcomer's 8 prompt tokens
-        (4, 18), *decode(4),
-        (6, 20), *decode(6),  # max_num_seqs
+        (1, 4), *decode(1),  # the first prompt of the staircase, then its decodes
+        (2, 5), *decode(2),  # one decode beside a newcomer's 4 prompt tokens
+        (4, 10), *decode(4),
+        (6, 12), *decode(6),  # max_num_seqs
         (6, 5 + PROBE_TOKENS),  # a probe prompt beside the batch less one
     ]  # fmt: skip
     assert all(s.num_prefill_pairs > 0 for s in steps if s.num_tokens > s.num_seqs)
@@ -70,9 +70,9 @@ def test_the_engine_is_left_as_new(smollm2_tokenizer) -> None:  # type: ignore[n
 def test_a_small_token_budget_stops_the_staircase_where_prompts_no_longer_fit(
     smollm2_tokenizer,  # type: ignore[no-untyped-def]
 ) -> None:
-    # 32 slots but a budget of 64 tokens: growing 8 -> 16 would take 8 decodes and 8
-    # prompts of 8 tokens, 72 in one step.
+    # 32 slots but a budget of 64 tokens: growing 16 -> 32 would take 16 decodes and 16
+    # prompts of 4 tokens, 80 in one step.
     steps = calibrate(engine(smollm2_tokenizer, max_num_seqs=32, budget=64))
     decode = sorted({s.num_seqs for s in steps if s.num_tokens == s.num_seqs})
-    assert decode == [1, 2, 4, 8]
+    assert decode == [1, 2, 4, 8, 16]
     assert max(s.num_tokens for s in steps) <= 64  # the prompts and the probe capped too

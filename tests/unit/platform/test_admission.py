@@ -109,7 +109,7 @@ def test_a_full_batch_waits_for_the_first_running_sequence_to_end() -> None:
     # its own 100-token prefill.
     full = load(running=(30, 40, 50, 60, 60, 60, 60, 60), costs=slow)
     a = decide(I, 100, full, SPEC)
-    assert a.predicted_ttft_s == pytest.approx(0.025 + 30 * 0.05 + 0.099, abs=0.005)
+    assert a.predicted_ttft_s == pytest.approx(0.05 + 30 * 0.05 + 0.099, abs=0.005)
     assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TTFT)
     roomy = load(running=(30, 40, 50, 60, 60, 60, 60, 60), costs=slow, max_num_seqs=16)
     assert decide(I, 100, roomy, SPEC).verdict is Verdict.ADMIT
@@ -179,3 +179,11 @@ def test_every_shed_reason_tells_the_client_why(reason: Reason) -> None:
     error = shed_error(SPEC, Admission(Verdict.SHED, reason, 1.9, retry_after_s=3, limit_s=1.6))
     assert error.code == f"overloaded_{reason.value}" and error.retry_after_s == 3
     assert SPEC.name in error.message
+
+
+def test_a_prompt_the_prefix_cache_holds_is_forecast_for_its_other_tokens_only() -> None:
+    snap = load(waiting=(100, 0))
+    full = decide(I, 1600, snap, SPEC)
+    cached = decide(I, 1600, snap, SPEC, cached_tokens=1500)
+    assert (full.verdict, cached.verdict) == (Verdict.SHED, Verdict.ADMIT)
+    assert cached.predicted_ttft_s == pytest.approx(0.2, abs=0.01)  # 100 ahead + 100 own
