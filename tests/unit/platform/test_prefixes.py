@@ -33,5 +33,5 @@ def test_the_least_recently_used_blocks_are_forgotten_at_the_engines_capacity() 
     old = list(range(1000, 1032))
     memory.remember("m@1", "w1", block_hashes(old, 16), capacity_blocks=4)
     memory.remember("m@1", "w1", block_hashes(SYSTEM, 16), capacity_blocks=4)
-    assert memory.cached_tokens("m@1", "w1", block_hashes(old + [1], 16), 16, 33) == 0
-    assert memory.cached_tokens("m@1", "w1", block_hashes(SYSTEM + [1], 16), 16, 49) == 48
+    assert memory.cached_tokens("m@1", "w1", block_hashes([*old, 1], 16), 16, 33) == 0
+    assert memory.cached_tokens("m@1", "w1", block_hashes([*SYSTEM, 1], 16), 16, 49) == 48
