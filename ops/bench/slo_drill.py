@@ -23,7 +23,8 @@ latency, and what SLI accounting costs each request.
    bundled chat model with --max-num-seqs 8; --streams closed-loop interactive streams
    of 64 tokens for --burst-s, enough to shed and miss the TTFT target on a small CPU;
    then --watch-s of quiet. Prints, per alert, how often it fired and resolved
-   (delivered to a webhook on 127.0.0.1) and whether it still fires at the end.
+   (delivered to a webhook on 127.0.0.1) and whether it still fires at the end. Run with
+   another Vigil's python to count the same burst's alerts on that one.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import SLOTargets
-from vigil.platform.slo.burn import duration_name
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
@@ -346,8 +346,8 @@ def burst(burst_s: float, watch_s: float, streams: int, window_s: float | None) 
         if last == "on":
             still.add(name)
     print(
-        f"\n## One burst on the default SLO (window {duration_name(slo['window_s'])}, admission "
-        f"target {slo['admission_target']:g}): {streams} streams of 64 tokens for "
+        f"\n## One burst on the default SLO (window {slo['window_s']:g} s, admission "
+        f"target {slo.get('admission_target', 'none')}): {streams} streams of 64 tokens for "
         f"{loaded_s:.0f} s, then {watch_s:.0f} s quiet; answers {answers}\n"
     )
     print("| alert | fired | resolved | firing at the end |")
