@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from serve import vigil_serve
+from serve import create_user, vigil_serve
 
 MODEL = "smollm2-135m-instruct"
 DEPLOYMENT = "chat"
@@ -170,15 +169,7 @@ def main() -> None:
         f'[[deployments]]\nname = "{DEPLOYMENT}"\nmodel = "{MODEL}"\n'
         f"slo = {{ ttft_p99_s = {args.target_s} }}\n"
     )
-    vigil = Path(sys.executable).with_name("vigil")
-    create = [str(vigil), "admin", "create", "--username", ADMIN[0], "--role", "viewer"]
-    subprocess.run(
-        [*create, "--password-stdin", "--data-dir", str(data)],
-        input=ADMIN[1],
-        text=True,
-        check=True,
-        capture_output=True,
-    )
+    create_user(data, *ADMIN, role="viewer")
     flags = ["--models", MODEL, "--config", str(data / "vigil.toml"), "--trace-buffer", "4000"]
     with vigil_serve(*flags, *args.flags.split(), data_dir=data) as base:
         phases = asyncio.run(scenario(base, args))
@@ -189,6 +180,7 @@ def main() -> None:
             for r in p.results
             if r.ttft_s is not None and r.request_id in predicted
         ]
+    vigil = Path(sys.executable).with_name("vigil")
     print(f"vigil: {vigil}; target TTFT p99 {args.target_s} s; flags: {' '.join(flags)}")
     report(phases, args.target_s)
 

@@ -14,6 +14,19 @@ from pathlib import Path
 import httpx
 
 
+def create_user(data_dir: Path, username: str, password: str, role: str) -> None:
+    """A user in the data dir's database, made as an operator makes one (`vigil admin
+    create`), with the `vigil` of this Python's virtual environment."""
+    vigil = Path(sys.executable).with_name("vigil")
+    create = ["admin", "create", "--username", username, "--role", role]
+    subprocess.run(
+        [str(vigil), *create, "--password-stdin", "--data-dir", str(data_dir)],
+        input=password.encode(),
+        check=True,
+        capture_output=True,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -33,8 +33,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -45,7 +43,7 @@ from typing import Any
 
 import httpx
 from prometheus_client import CollectorRegistry
-from serve import vigil_serve
+from serve import create_user, vigil_serve
 
 from vigil.engine.request import Priority, RequestClock
 from vigil.platform.alerts.delivery import WebhookDelivery
@@ -131,14 +129,7 @@ async def _load(url: str, seconds: float) -> dict[str, int]:
 def timeline(load_s: float) -> None:
     data_dir = Path(tempfile.mkdtemp())
     (data_dir / "vigil.toml").write_text(CONFIG)
-    vigil = Path(sys.executable).with_name("vigil")
-    create = ["admin", "create", "--username", ADMIN[0], "--role", "operator"]
-    subprocess.run(
-        [str(vigil), *create, "--password-stdin", "--data-dir", str(data_dir)],
-        input=ADMIN[1].encode(),
-        check=True,
-        capture_output=True,
-    )
+    create_user(data_dir, *ADMIN, role="operator")
     receiver = Receiver()
     flags = ["--config", str(data_dir / "vigil.toml"), "--max-num-seqs", "4"]
     with vigil_serve(*flags, "--torch-threads", "1", data_dir=data_dir) as url:
@@ -303,14 +294,7 @@ async def _streams(url: str, model: str, seconds: float, streams: int) -> dict[s
 
 def burst(burst_s: float, watch_s: float, streams: int, window_s: float | None) -> None:
     data_dir = Path(tempfile.mkdtemp())
-    vigil = Path(sys.executable).with_name("vigil")
-    create = ["admin", "create", "--username", ADMIN[0], "--role", "operator"]
-    subprocess.run(
-        [str(vigil), *create, "--password-stdin", "--data-dir", str(data_dir)],
-        input=ADMIN[1].encode(),
-        check=True,
-        capture_output=True,
-    )
+    create_user(data_dir, *ADMIN, role="operator")
     receiver = Receiver()
     model = "smollm2-135m-instruct"
     flags = ["--models", model, "--max-num-seqs", "8", "--torch-threads", "1"]
