@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -138,3 +139,19 @@ def test_wheel_contains_the_whole_package_and_its_cli_runs(tmp_path: Path) -> No
         check=True,
     ).stdout
     assert "serve" in help_text and "migrate" in help_text
+
+
+def test_every_folder_of_the_package_is_declared_to_setuptools() -> None:
+    """A folder setuptools finds under a declared package but not in `packages` is
+    installed with a deprecation warning each (and would one day be left out). web/docs
+    holds the README's screenshots, which the wheel does not carry."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    declared = set(config["packages"])
+    found = set()
+    for package, folder in config["package-dir"].items():
+        for path in [ROOT / folder, *(ROOT / folder).rglob("*")]:
+            skipped = {"node_modules", "__pycache__", "docs"} & set(path.relative_to(ROOT).parts)
+            if path.is_dir() and not skipped and any(p.is_file() for p in path.iterdir()):
+                rel = path.relative_to(ROOT / folder).parts
+                found.add(".".join((package, *rel)))
+    assert found <= declared, f"add to [tool.setuptools] packages: {sorted(found - declared)}"
