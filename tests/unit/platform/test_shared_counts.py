@@ -4,6 +4,7 @@ back."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,3 +108,20 @@ async def test_a_keys_rate_holds_in_memory_while_redis_is_away(redis: PrivateRed
     assert await rates.take("ci", 2) is None
     wait_s = await rates.take("ci", 2)
     assert wait_s is not None and 0 < wait_s <= 60
+
+
+async def test_a_redis_that_never_answers_holds_an_operation_for_a_bounded_time() -> None:
+    """A port that takes connections and never answers (a Redis hung, or a host that
+    drops the packets): the operation is done in memory within the client's timeouts
+    (REDIS_TIMEOUT_S a try, with the client's few retries), and the next ones at once."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        counts = SharedCounts(f"async+redis://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        assert await counts.run(incr) == (counts.memory, 1)
+        assert time.monotonic() - started < 8 * REDIS_TIMEOUT_S
+        started = time.monotonic()
+        assert await counts.run(incr) == (counts.memory, 2)
+        assert await counts.probe() is False
+        assert time.monotonic() - started < 0.1
