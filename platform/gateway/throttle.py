@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from urllib.parse import quote
 
 from limits.aio.storage import Storage
@@ -45,11 +46,18 @@ class SignInLimits:
     max_failures_per_address: int = 50
 
 
+class Held(StrEnum):
+    """What a limit counts the failures of."""
+
+    USERNAME = "username"
+    ADDRESS = "address"
+
+
 @dataclass(frozen=True, slots=True)
 class Lockout:
     """A username or address whose failures this attempt's failure brings to its limit."""
 
-    what: str  # "username" or "address"
+    what: Held
     who: str
     num_failures: int
 
@@ -58,7 +66,7 @@ class Lockout:
 class Refusal:
     """A sign-in refused before its password is checked."""
 
-    what: str  # "username" or "address"
+    what: Held
     who: str
     retry_after_s: int
 
@@ -140,7 +148,7 @@ class SignInThrottle:
         if num_address > limits.max_failures_per_address:
             await self._give_back(storage, keys.address)
             end_ts = await storage.get_expiry(keys.address)
-            return Refusal("address", address, seconds_until(end_ts, time.time()))
+            return Refusal(Held.ADDRESS, address, seconds_until(end_ts, time.time()))
         num_user = await self._incr(storage, keys.user)
         taken: tuple[str, ...]
         if num_user <= limits.max_failures_per_user:
@@ -154,13 +162,13 @@ class SignInThrottle:
                 end_ts = min(
                     await storage.get_expiry(keys.user), await storage.get_expiry(keys.pair)
                 )
-                return Refusal("username", username, seconds_until(end_ts, time.time()))
+                return Refusal(Held.USERNAME, username, seconds_until(end_ts, time.time()))
             taken = (keys.address, keys.pair)
         lockouts = []
         if num_address == limits.max_failures_per_address:
-            lockouts.append(Lockout("address", address, num_address))
+            lockouts.append(Lockout(Held.ADDRESS, address, num_address))
         if num_user == limits.max_failures_per_user:
-            lockouts.append(Lockout("username", username, num_user))
+            lockouts.append(Lockout(Held.USERNAME, username, num_user))
         return taken, tuple(lockouts)
 
     async def _incr(self, storage: Storage, key: str) -> int:

@@ -45,6 +45,14 @@ def sign_in(server: Any, address: str, username: str, password: str) -> int:
         return c.get(SIGNED_IN, auth=(username, password)).status_code
 
 
+def console_sign_in(server: Any, address: str, username: str, password: str) -> int:
+    """The console's sign-in form, as a browser at `address` sends it."""
+    with client(server, address) as c:
+        c.get("/console/login")
+        form = {"username": username, "password": password, "_csrf_token": c.cookies["vigil_csrf"]}
+        return c.post("/console/login", data=form).status_code
+
+
 def lockouts(server: Any, since: int = 0) -> list[dict[str, Any]]:
     """The lockout entries of the audit log, oldest first, past the first `since`."""
     with client(server, "127.0.0.250") as c:
@@ -80,8 +88,10 @@ def test_bad_passwords_for_a_user_do_not_lock_it_out_of_a_clean_address(server: 
     codes = [sign_in(server, attacker, "prom", f"guess {i}") for i in range(num + 2)]
     assert codes == [401] * num + [429] * 2, codes
     assert sign_in(server, attacker, *PROM) == 429  # the attacker stays throttled
+    assert console_sign_in(server, attacker, *PROM) == 429
     assert sign_in(server, "127.0.0.4", *PROM) == 200  # the real user, from its own address
     assert sign_in(server, "127.0.0.4", *PROM) == 200
+    assert console_sign_in(server, "127.0.0.4", *PROM) == 303
 
 
 def test_failures_from_one_shared_address_lock_only_that_address(server: Any) -> None:

@@ -32,7 +32,7 @@ from vigil.platform.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from vigil.platform.gateway.throttle import Refusal, SignInThrottle
+from vigil.platform.gateway.throttle import Held, Refusal, SignInThrottle
 
 _STATE_KEY = "admin_user"
 # A route's `opt` for the least role it needs, when that is more than viewer.
@@ -135,13 +135,14 @@ async def sign_in(
     except Exception:
         await throttle.abandoned(attempt)
         raise
+    # (Cancelled while the hash is checked, the attempt keeps its slots: as a failure.)
     if user is not None:
         await throttle.succeeded(attempt)
         return user
     for lockout in attempt.lockouts:
-        if lockout.what == "username" and not await _exists(plane, username):
+        if lockout.what is Held.USERNAME and not await _exists(plane, username):
             continue  # made-up names: the address's lockout says enough
-        details = {lockout.what: lockout.who, "failures": lockout.num_failures}
+        details = {lockout.what.value: lockout.who, "failures": lockout.num_failures}
         await plane.audit.record("system", "sign_in.locked_out", "user", username, details)
     raise Unauthorized(
         "Wrong username or password, or the user is disabled.",
@@ -152,12 +153,9 @@ async def sign_in(
 
 def refusal_message(refusal: Refusal) -> str:
     wait = f"retry in {refusal.retry_after_s} s"
-    if refusal.what == "address":
+    if refusal.what is Held.ADDRESS:
         return f"Too many failed sign-ins from {refusal.who}; {wait}."
-    return (
-        f"Too many failed sign-ins for '{refusal.who}' from this address; {wait}, or sign "
-        "in from an address that has not failed."
-    )
+    return f"Too many failed sign-ins for '{refusal.who}' from this address; {wait}."
 
 
 async def _exists(plane: ControlPlane, username: str) -> bool:

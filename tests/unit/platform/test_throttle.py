@@ -12,6 +12,7 @@ from redis_server import PrivateRedis
 from vigil.platform.gateway.shared_counts import SharedCounts
 from vigil.platform.gateway.throttle import (
     Attempt,
+    Held,
     Lockout,
     Refusal,
     SignInLimits,
@@ -42,9 +43,9 @@ async def test_a_username_is_locked_only_for_the_addresses_that_failed_for_it() 
         await fail(throttle, "root", "10.0.0.1") for _ in range(LIMITS.max_failures_per_user)
     ]
     assert [a.lockouts for a in attempts[:-1]] == [()] * (LIMITS.max_failures_per_user - 1)
-    assert attempts[-1].lockouts == (Lockout("username", "root", LIMITS.max_failures_per_user),)
+    assert attempts[-1].lockouts == (Lockout(Held.USERNAME, "root", LIMITS.max_failures_per_user),)
     refused = await throttle.reserve("root", "10.0.0.1")
-    assert isinstance(refused, Refusal) and refused.what == "username"
+    assert isinstance(refused, Refusal) and refused.what is Held.USERNAME
     assert 0 < refused.retry_after_s <= LIMITS.window_s
     await succeed(throttle, "root", "10.0.0.2")  # the owner, from an address of theirs
     await succeed(throttle, "root", "10.0.0.2")  # again: a right password frees its slot
@@ -57,9 +58,9 @@ async def test_one_address_trying_many_usernames_is_locked_for_all_of_them() -> 
     throttle = SignInThrottle()
     num = LIMITS.max_failures_per_address
     attempts = [await fail(throttle, f"user{i}", "10.0.0.7") for i in range(num)]
-    assert attempts[-1].lockouts == (Lockout("address", "10.0.0.7", num),)
+    assert attempts[-1].lockouts == (Lockout(Held.ADDRESS, "10.0.0.7", num),)
     refused = await throttle.reserve("someone-new", "10.0.0.7")
-    assert isinstance(refused, Refusal) and refused.what == "address"
+    assert isinstance(refused, Refusal) and refused.what is Held.ADDRESS
     await succeed(throttle, "someone-new", "10.0.0.8")
 
 
