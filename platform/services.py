@@ -33,6 +33,7 @@ from vigil.platform.gateway.readiness import VersionState, version_error, versio
 from vigil.platform.gateway.router import Router
 from vigil.platform.gateway.serving import LONG_POOL_SUFFIX, ServingView
 from vigil.platform.gateway.shadow import ShadowMirror
+from vigil.platform.gateway.shared_counts import SharedCounts
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
@@ -48,6 +49,7 @@ from vigil.platform.telemetry.metrics import (
     EngineSnapshot,
     EngineStatsCollector,
     Metrics,
+    RedisCollector,
     WorkerCollector,
 )
 from vigil.platform.telemetry.recorder import RequestRecorder
@@ -261,7 +263,10 @@ def build_services(
         recover=recover,
     )
     registry.register(AlertsCollector(lambda: slo_loop.firing))
-    sign_ins = SignInThrottle(settings.throttle_storage_uri)
+    counts = SharedCounts(settings.throttle_storage_uri)
+    if counts.redis is not None:
+        registry.register(RedisCollector(lambda: (counts.redis_up, counts.num_redis_errors)))
+    sign_ins = SignInThrottle(counts)
     loops = LoopOwnership(settings.resolved_database_url)
     Gauge(
         "vigil_loop_owner",
@@ -279,7 +284,7 @@ def build_services(
         generation=generation,
         embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
         db=db,
-        auth=Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(sign_ins.storage)),
+        auth=Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(counts)),
         http=http,
         worker_token=worker_token,
         plane=plane,

@@ -213,3 +213,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Browser tests run last: Playwright's sync API keeps an event loop running in the
     main thread for the rest of the session, which async tests after it cannot share."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A private `redis-server` for the session, on a port of its own."""
+    from redis_server import PrivateRedis
+
+    redis = PrivateRedis(tmp_path_factory.mktemp("redis"))
+    redis.start()
+    try:
+        yield redis
+    finally:
+        redis.stop()

@@ -22,10 +22,14 @@ class Liveness(Struct):
     status: Literal["ok"]
 
 
+Status = Literal["ready", "degraded", "loading", "draining"]
+
+
 class Readiness(Struct, omit_defaults=True):
-    status: Literal["ready", "loading", "draining"]
+    status: Status
     versions: dict[str, str]  # model@version -> loading, ready or failed
     progress: dict[str, float] | None = None  # model@version -> 0-1, while loading
+    redis: Literal["up", "unreachable"] | None = None  # with --redis-url
 
 
 @get("/healthz", tags=["Operations"], summary="The process is alive")
@@ -41,7 +45,8 @@ async def healthz() -> Liveness:
         503: ResponseSpec(
             Readiness,
             description="A deployment's serving version is still loading or failed to load, "
-            "or the gateway is draining before it stops (SIGTERM).",
+            "or the gateway is draining before it stops (SIGTERM). Redis unreachable is "
+            "200 with status 'degraded': the gateway still serves, counting limits itself.",
             generate_examples=False,
         )
     },
@@ -50,16 +55,23 @@ async def readyz(services: Services) -> Response[Readiness]:
     """Ready while every deployment can serve; versions rolling out (a canary, a new
     stable) are listed with their state and load progress without changing that. Why a
     version failed (it may name files on the host) is for operators: the admin API's
-    version records hold it."""
+    version records hold it. Redis away leaves it ready ('degraded'): taking every
+    gateway out of service for it would turn a lost cache of counts into an outage."""
     view, tokenizers = services.view, services.tokenizers
     states = version_states(view, tokenizers)
     progress = {key: round(p, 3) for key, p in version_progress(view, states).items()}
     ready = serving_ready(view, states)
     versions = {key: state.value for key, state in states.items()}
-    status: Literal["ready", "loading", "draining"] = "ready" if ready else "loading"
+    redis_up = await services.sign_ins.counts.probe()
+    status: Status = "ready" if ready else "loading"
+    if ready and redis_up is False:
+        status = "degraded"
     if services.draining:  # stopping: send new requests elsewhere
         status, ready = "draining", False
-    body = Readiness(status, versions, progress or None)
+    redis: Literal["up", "unreachable"] | None = None
+    if redis_up is not None:
+        redis = "up" if redis_up else "unreachable"
+    body = Readiness(status, versions, progress or None, redis)
     return Response(body, status_code=200 if ready else 503)
 
 

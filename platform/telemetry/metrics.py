@@ -328,3 +328,24 @@ class WorkerCollector(Collector):
             age.add_metric([replica], age_s)
         yield up
         yield age
+
+
+class RedisCollector(Collector):
+    """`vigil_redis_up` and `vigil_redis_errors_total` of the Redis the gateways share
+    counts in (only with `--redis-url`), at scrape time."""
+
+    def __init__(self, state: Callable[[], tuple[bool | None, int]]) -> None:
+        self._state = state  # (up, Redis operations failed since start)
+
+    def collect(self) -> Iterator[Metric]:
+        is_up, num_errors = self._state()
+        yield GaugeMetricFamily(
+            "vigil_redis_up",
+            "1 while Redis answers; 0 while it is away and counts are kept per gateway.",
+            value=1.0 if is_up else 0.0,
+        )
+        yield CounterMetricFamily(
+            "vigil_redis_errors_total",
+            "Redis operations that failed (each was done in this process's memory instead).",
+            value=num_errors,
+        )

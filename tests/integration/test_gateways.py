@@ -1,5 +1,5 @@
 """Two `vigil serve --workers 0` gateways on one PostgreSQL database of this test's own,
-sharing Redis, and one `vigil worker` registered with both: a change made through one
+sharing a private Redis, and one `vigil worker` registered with both: a change made through one
 gateway shows on the other within 2 s; a key's rate limit is one limit, not one per
 gateway; a page fired while both serve is delivered once to a real receiver, and when
 the gateway running the SLO loop is killed the other takes it over; the worker keeps
@@ -60,11 +60,11 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
+def cluster(tmp_path_factory, redis_server) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
     bench = load_bench()
     folder = tmp_path_factory.mktemp("gateways")
     (folder / "vigil.toml").write_text(CONFIG)
-    flags = ("--config", str(folder / "vigil.toml"), "--redis-url", "redis://127.0.0.1:6379")
+    flags = ("--config", str(folder / "vigil.toml"), "--redis-url", redis_server.url)
     with (
         bench.database("vigil_test_gateways") as url,
         bench.gateways(url, folder, *flags) as (a, b),
@@ -116,7 +116,7 @@ def test_a_change_through_one_gateway_shows_on_the_other_within_2_s(cluster: Clu
 
 def test_a_keys_rate_limit_holds_across_gateways(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
-    name = f"limited-{uuid.uuid4().hex[:8]}"  # Redis is shared: a name of its own
+    name = f"limited-{uuid.uuid4().hex[:8]}"  # Redis lives all session: a name of its own
     created = a.admin("POST", "/keys", {"name": name, "rate_limit_per_minute": 4})
     assert created.status_code == 201, created.text
     headers = {"Authorization": f"Bearer {created.json()['key']}"}

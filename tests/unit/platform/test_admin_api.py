@@ -639,6 +639,16 @@ async def test_guessed_passwords_lock_the_username_with_429_and_an_audit_entry(
     assert entry.after == {"username": "root", "failures": 10}
 
 
+async def test_a_made_up_usernames_lockout_writes_no_audit_entry(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    wrong = basic("ghost", "not the password")
+    codes = [(await client.get("/api/admin/models", headers=wrong)).status_code for _ in range(11)]
+    assert codes == [401] * 10 + [429]
+    entries = await plane.audit.list("user", "ghost")
+    assert [e for e in entries if e.action == "sign_in.locked_out"] == []
+
+
 async def test_an_operator_sets_and_clears_a_shadow_and_the_audit_log_says_so(
     client: AsyncTestClient[Litestar], plane: ControlPlane
 ) -> None:

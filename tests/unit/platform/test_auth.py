@@ -1,7 +1,7 @@
 """Authentication: keys become principals, with a short cache, a rate limit per key
 and a priority header that can only lower a key's class. No sleeps: a fake clock for
 the lookup cache; the rate counts in the `limits` library's storage (memory, or the
-real Redis on 127.0.0.1:6379 for the count several gateways share)."""
+private Redis for the count several gateways share)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from asyncpg.exceptions import CannotConnectNowError  # type: ignore[import-untyped]
-from limits.aio.storage import Storage
-from limits.storage import storage_from_string
+from redis_server import PrivateRedis
 from sqlalchemy import exc as sa_exc
 
 from vigil.engine.request import Priority
@@ -31,18 +30,11 @@ from vigil.platform.gateway.auth import (
     retry_after_s,
 )
 from vigil.platform.gateway.rate_limits import KeyRateLimits
+from vigil.platform.gateway.shared_counts import SharedCounts
 
 
 def memory_rates() -> KeyRateLimits:
-    storage = storage_from_string("async+memory://")
-    assert isinstance(storage, Storage)
-    return KeyRateLimits(storage)
-
-
-def redis_storage() -> Storage:
-    storage = storage_from_string("async+redis://127.0.0.1:6379")
-    assert isinstance(storage, Storage)
-    return storage
+    return KeyRateLimits(SharedCounts("async+memory://"))
 
 
 class FakeClock:
@@ -251,14 +243,19 @@ async def test_a_key_over_its_rate_limit_gets_429_with_retry_after(
 
 
 async def test_gateways_sharing_redis_share_each_keys_rate(
-    keys: CountingKeys, clock: FakeClock
+    keys: CountingKeys, clock: FakeClock, redis_server: PrivateRedis
 ) -> None:
-    """Two gateways' authenticators on the real Redis: a key gets its rate once, not
+    """Two gateways' authenticators on a real Redis: a key gets its rate once, not
     once per gateway."""
-    name = f"shared-{uuid.uuid4().hex[:8]}"  # the Redis server is shared: a name of its own
+    name = f"shared-{uuid.uuid4().hex[:8]}"  # the Redis server lives all session
     _, plaintext = await keys.create(name, rate_limit_per_minute=4)
     one, two = (
-        Authenticator(keys, AuthMode.KEYS, KeyRateLimits(redis_storage()), clock=clock)
+        Authenticator(
+            keys,
+            AuthMode.KEYS,
+            KeyRateLimits(SharedCounts(f"async+{redis_server.url}")),
+            clock=clock,
+        )
         for _ in range(2)
     )
     header = f"Bearer {plaintext}"
