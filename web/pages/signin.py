@@ -1,7 +1,8 @@
 """Signing in and out. The sign-in checks a user's password through the admin API's
 rules (`sign_in`: the per-username and per-address throttle, lockouts audited), then
 starts a session under a new id; a sign-in and a sign-out are audit entries about the
-user."""
+user. "Sign out everywhere" ends every session of the signed-in user, this one included
+(on a shared or lost computer, say)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,18 @@ class SignInController(Controller):
             details = {"address": client_address(request), "via": "console"}
             await services.plane.audit.record(
                 viewer.user.username, "user.sign_out", "user", viewer.user.username, details
+            )
+        request.clear_session()
+        return Redirect("/console/login", status_code=303)
+
+    @post("/logout-everywhere")
+    async def sign_out_everywhere(
+        self, request: Request[Any, Any, Any], services: Services
+    ) -> Redirect:
+        viewer: Viewer = viewer_of(request)
+        if viewer.user is not None:
+            await services.plane.users.sign_out_everywhere(
+                viewer.user.username, actor=viewer.user.username
             )
         request.clear_session()
         return Redirect("/console/login", status_code=303)

@@ -544,6 +544,23 @@ async def test_admin_manages_keys_and_users(client: AsyncTestClient[Litestar]) -
     ]
 
 
+async def test_an_admin_ends_every_console_session_of_a_user(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    before = (await plane.users.get("ops")).session_epoch
+    r = await client.post("/api/admin/users/ops/sign-out", headers=ROOT)
+    assert r.status_code == 200 and r.json()["username"] == "ops"
+    assert (await plane.users.get("ops")).session_epoch == before + 1
+    assert (await client.post("/api/admin/users/root/sign-out", headers=OPS)).status_code == 403
+    missing = await client.post("/api/admin/users/nobody/sign-out", headers=ROOT)
+    assert missing.status_code == 404 and error_of(missing)["param"] == "username"
+    actions = await client.get("/api/admin/audit", params={"entity_type": "user"}, headers=ROOT)
+    assert (actions.json()[0]["actor"], actions.json()[0]["action"]) == (
+        "root",
+        "user.sign_out_everywhere",
+    )
+
+
 async def test_the_openapi_schema_documents_the_admin_api(
     client: AsyncTestClient[Litestar],
 ) -> None:
