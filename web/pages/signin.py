@@ -62,7 +62,9 @@ class SignInController(Controller):
             return _again(
                 request, target, "Wrong username or password, or the user is disabled.", 401
             )
-        request.set_session(session_for(user))
+        # The epoch as stored now: a sign-in remembered by another gateway's cache may
+        # predate a "sign out everywhere", and its session would end at once.
+        request.set_session(session_for(await services.plane.users.get(user.username)))
         details = {"address": address, "via": "console"}
         await services.plane.audit.record(
             user.username, "user.sign_in", "user", user.username, details

@@ -142,7 +142,9 @@ class UserService(Service):
             AuditRepository(session).log(
                 actor, "user.sign_out_everywhere", "user", username, None, details
             )
-            return UserRecord.of(row)
+            record = UserRecord.of(row)
+        self._forget(username)
+        return record
 
     async def set_role(self, username: str, role: Role, *, actor: str) -> UserRecord:
         return await self.update(username, role=role, actor=actor)

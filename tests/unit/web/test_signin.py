@@ -234,3 +234,12 @@ async def test_a_role_change_keeps_the_session_with_the_new_role(make_console: A
         await console.services.plane.users.set_role("otto", Role.VIEWER, actor="ada")
         assert await page_in(console, session) == 200
         assert "otto · viewer" in (await console.get("/console/")).text
+
+
+async def test_signing_in_again_after_sign_out_everywhere_starts_a_working_session(
+    console: Console,
+) -> None:
+    await browser(console, "otto")  # its password check is remembered a while
+    await console.client.post("/console/logout-everywhere", data={"_csrf_token": console.csrf()})
+    assert await page_in(console, await browser(console, "otto")) == 200
+    assert "otto · operator" in (await console.get("/console/")).text
