@@ -19,6 +19,7 @@ from litestar.template import TemplateConfig
 
 import vigil.web
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
+from vigil.platform.api.body import BodyRequest
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.internal import WorkerController
@@ -164,6 +165,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             "registry": Provide(lambda: services.registry, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
+        request_class=BodyRequest,  # one JSON decoder for every route
         request_max_body_size=services.settings.max_request_bytes,
         before_send=[add_request_id],
         middleware=[observe_requests(services.tracing)],

@@ -99,6 +99,7 @@ SERVE_ENV = {
         "drain_delay",
         "drain_timeout",
         "trace_buffer",
+        "trace_parent_from",
         "console_session",
     ]
 } | {
@@ -237,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--trace-sample-ratio",
         type=float,
-        help="share of traces kept when the caller did not decide (1.0); failed, shed and "
+        help="share of traces kept when no trusted caller decided (1.0); failed, shed and "
         "over-SLO requests are always kept  [OTEL_TRACES_SAMPLER_ARG]",
     )
     serve.add_argument(
@@ -245,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="keep the last N traces in memory for /api/admin/traces (256 with "
         "--otlp-endpoint, else 0: tracing off)  [VIGIL_TRACE_BUFFER]",
+    )
+    serve.add_argument(
+        "--trace-parent-from",
+        action="append",
+        metavar="HOST_OR_CIDR",
+        help="callers whose W3C traceparent a request's trace joins (a proxy or mesh that "
+        "starts traces); repeatable, or comma-separated. Anyone else's traceparent is kept "
+        "as a link from a new trace (default: nobody's is joined)",
     )
     serve.add_argument(
         "--webhook-max-age",

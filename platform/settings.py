@@ -6,6 +6,7 @@ are passed down. A flag beats its variable, which beats the default.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -50,6 +51,9 @@ class TraceSettings:
     otlp_endpoint: str = ""  # OTLP/HTTP base URL, e.g. http://collector:4318
     sample_ratio: float = 1.0  # of the traces without a sampled parent
     buffer: int = 0  # the last traces kept for /api/admin/traces
+    # Peers whose `traceparent` is the request's parent; anyone else's is only a link.
+    # CIDR networks, checked here (strings: the settings are plain data for Litestar too).
+    parent_from: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -305,7 +309,8 @@ def serve_settings(
 
 def trace_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> TraceSettings:
     """--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT), --trace-sample-ratio (or
-    OTEL_TRACES_SAMPLER_ARG), --trace-buffer (VIGIL_TRACE_BUFFER)."""
+    OTEL_TRACES_SAMPLER_ARG), --trace-buffer (VIGIL_TRACE_BUFFER), --trace-parent-from
+    (VIGIL_TRACE_PARENT_FROM)."""
     endpoint = str(flags.get("otlp_endpoint") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "")
     if endpoint and not endpoint.startswith(("http://", "https://")):
         raise SettingsError(f"the OTLP endpoint must be an http(s) URL, got {endpoint!r}")
@@ -317,7 +322,29 @@ def trace_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Trace
     buffer = _int(
         _pick(flags.get("trace_buffer"), env, "TRACE_BUFFER"), "trace buffer", default_buffer
     )
-    return TraceSettings(endpoint, ratio, buffer)
+    parent_from = _networks(
+        flags.get("trace_parent_from"), _env(env, "TRACE_PARENT_FROM"), "--trace-parent-from"
+    )
+    return TraceSettings(endpoint, ratio, buffer, parent_from)
+
+
+def _networks(flag: object, env_value: str | None, what: str) -> tuple[str, ...]:
+    """Addresses and CIDR networks, from a repeatable flag (each may be a comma-separated
+    list) or else the variable's comma-separated list; each as a network (10.0.0.0/8)."""
+    given = [str(f) for f in flag] if isinstance(flag, list | tuple) else []
+    if not given and env_value:
+        given = [env_value]
+    networks = []
+    for item in (v.strip() for g in given for v in g.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False).with_prefixlen)
+        except ValueError:
+            raise SettingsError(
+                f"{what} takes IP addresses or CIDR networks (127.0.0.1, 10.0.0.0/8), got {item!r}"
+            ) from None
+    return tuple(networks)
 
 
 def trace_env(settings: TraceSettings) -> dict[str, str]:

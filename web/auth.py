@@ -4,9 +4,11 @@ admin API's roles and sign-in throttle.
 Every console route says the least role it needs in `opt["role"]` (viewer when it says
 nothing), as the admin API's routes do; `console_guard` finds the session's user, reads
 the user again from the control plane (a user disabled or demoted since signing in is
-so at once) and checks the role. A route marked `opt["public"]` (signing in) needs no
-user. In open mode (a loopback host only) a visitor without a session may read what a
-viewer reads; everything else needs a session.
+so at once) and checks the role. A session also records the user's session epoch when
+it signs in: once a password change, disabling the user or "sign out everywhere" has
+moved the epoch on, the session is ended at its next request. A route marked
+`opt["public"]` (signing in) needs no user. In open mode (a loopback host only) a
+visitor without a session may read what a viewer reads; everything else needs a session.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from vigil.web.sessions import NEW_ID
 STATE_KEY = "console_viewer"
 SESSION_USER = "username"
 SESSION_SINCE = "signed_in_at"
+SESSION_EPOCH = "epoch"
 OPERATOR = {"role": Role.OPERATOR}
 ADMIN = {"role": Role.ADMIN}
 PUBLIC = {"public": True}
@@ -93,22 +96,33 @@ async def _session_user(
     plane: ControlPlane, connection: ASGIConnection[Any, Any, Any, Any]
 ) -> UserRecord | None:
     session = connection.scope.get("session")
-    username = session.get(SESSION_USER) if isinstance(session, dict) else None
-    if not isinstance(username, str):
+    if not isinstance(session, dict) or not isinstance(session.get(SESSION_USER), str):
         return None
+    username = session[SESSION_USER]
     try:
         user = await plane.users.get(username)
     except NotFound:
         user = None
-    if user is None or user.disabled:
+    if user is None or user.disabled or not still_signed_in(session, user):
         connection.scope["session"] = {}  # ends the session: the middleware deletes it
         return None
     return user
 
 
+def still_signed_in(session: dict[str, Any], user: UserRecord) -> bool:
+    """Whether the session was signed in under the user's current epoch (one signed in
+    before epochs were recorded holds none: it is of the first, 0)."""
+    return session.get(SESSION_EPOCH, 0) == user.session_epoch
+
+
 def session_for(user: UserRecord) -> dict[str, Any]:
     """What a new session holds (the backend gives it a new id)."""
-    return {SESSION_USER: user.username, SESSION_SINCE: time.time(), NEW_ID: True}
+    return {
+        SESSION_USER: user.username,
+        SESSION_SINCE: time.time(),
+        SESSION_EPOCH: user.session_epoch,
+        NEW_ID: True,
+    }
 
 
 def provide_viewer(request: Request[Any, Any, Any]) -> Viewer:

@@ -4,15 +4,23 @@ JSON types are taken as sent, as OpenAI's API does: `"max_tokens": "3"` or
 `"stream": "true"` is an error naming the field, not quietly converted. A body that is
 not JSON is described by the standard library's parser (line and column), which also
 tells a lone UTF-16 surrogate and a body nested too deeply apart from a cut-off one.
+
+Both ways a body is read go through here: the OpenAI routes decode it straight into
+their types (`decode_body`); every other route (the admin API, the workers' calls) takes
+its JSON through `BodyRequest.json`, whose values Litestar then checks against the
+route's types. Either way a body nested deeper than the decoder goes (msgspec raises
+RecursionError there) is a 400 that says so, not a 500.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
+from litestar import Request
+from litestar.types import Empty
 
 from vigil.platform.errors import InvalidRequest
 
@@ -30,8 +38,28 @@ def decode_body(body: bytes, type_: type[T]) -> T:
         return msgspec.json.decode(body, type=type_, strict=True)
     except msgspec.ValidationError as exc:
         raise _invalid_value(str(exc)) from None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         raise _invalid_json(body) from None
+
+
+def decode_json(body: bytes) -> Any:
+    """The body's JSON values, untyped (an empty body reads as null, as Litestar's own)."""
+    try:
+        return msgspec.json.decode(body or b"null")
+    except (msgspec.DecodeError, RecursionError):
+        raise _invalid_json(body) from None
+
+
+class BodyRequest(Request[Any, Any, Any]):
+    """Litestar's request, its JSON read by `decode_json`."""
+
+    async def json(self) -> Any:
+        if self._json is Empty:
+            if (cached := self._connection_state.json) is not Empty:
+                self._json = cached
+            else:
+                self._json = self._connection_state.json = decode_json(await self.body())
+        return self._json
 
 
 def _invalid_value(detail: str) -> InvalidRequest:

@@ -1,6 +1,6 @@
 """The middleware that opens each API request's context (log ids, access line) and, with
-tracing on, its trace: the server span honours an incoming `traceparent`, and the
-response carries `x-vigil-trace-id`."""
+tracing on, its trace: the server span joins an incoming `traceparent` from a trusted
+peer (and links to anyone else's), and the response carries `x-vigil-trace-id`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ def observe_requests(tracing: Tracing | None):  # type: ignore[no-untyped-def]
             context = RequestContext(method, path)
             if tracing is not None:
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-                context.trace = tracing.begin(method, path, headers)
+                client = scope.get("client")
+                # The peer as the server saw it (rewritten only by a proxy it trusts).
+                peer = client[0] if client else None
+                context.trace = tracing.begin(method, path, headers, peer)
             status = 500
 
             async def send_observed(message: Message) -> None:

@@ -122,7 +122,8 @@ class Lease:
         self.state = LeaseState.CLOSED
         self.clock.finished_ts = self.clock.finished_ts or time.monotonic()
         self.book.closed(self, outcome)
-        num_prompt = finish.num_prompt_tokens if finish is not None else 0
+        # A client that left has no finish event: its prompt is the one sent, not none.
+        num_prompt = finish.num_prompt_tokens if finish is not None else self.num_prompt_tokens
         record = RequestRecord(
             self.deployment,
             self.version,

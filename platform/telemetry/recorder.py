@@ -38,7 +38,7 @@ class RequestRecord:
     version: str  # model@version
     priority: Priority
     outcome: Outcome
-    num_prompt_tokens: int  # as the engine counted them; 0 if it never reported
+    num_prompt_tokens: int  # as the engine counted them; as sent, if it never reported
     num_output_tokens: int
     clock: RequestClock  # arrival_ts at the gateway; finished_ts set
     shadow: bool = False  # a mirrored copy whose answer was discarded (gateway/shadow.py)
@@ -144,7 +144,11 @@ class RequestRecorder:
         if self.sink is not None:
             self.sink.record(record)
         if record.outcome is Outcome.ABORT:
-            return  # left before the engine's last word: no token or latency figures
+            # Left before the engine's last word: no latency figures; its prompt counts
+            # as processed once a first token showed it was.
+            if clock.first_token_ts is not None:
+                m.prompt_tokens.labels(*d).inc(record.num_prompt_tokens)
+            return
         m.prompt_tokens.labels(*d).inc(record.num_prompt_tokens)
         if clock.finished_ts is not None:
             m.e2e.labels(*d).observe(clock.finished_ts - clock.arrival_ts, exemplar)

@@ -10,8 +10,11 @@ dependency. One API request is one trace:
         vigil.worker generate         the worker's own span joins the trace (worker side)
         queue | prefill | decode    from the request's timestamps
 
-An incoming W3C `traceparent` is honoured; the response carries the trace id
-(`x-vigil-trace-id`). Sampling is the parent's decision, else a ratio; every span is
+An incoming W3C `traceparent` is the trace's parent only from a peer the operator trusts
+(`--trace-parent-from`: the proxy or mesh that starts traces); from anyone else it is a
+link from a new trace, so that an API key holder can neither write spans into someone
+else's trace nor decide whether theirs is sampled. The response carries the trace id
+(`x-vigil-trace-id`). Sampling is a trusted parent's decision, else a ratio; every span is
 recorded and the keep-or-drop choice is made when the request ends, so the traces of
 failed, shed and over-SLO requests are always kept. Kept spans go to a bounded ring
 (`/api/admin/traces`) and, with an OTLP endpoint, to an exporter behind a bounded queue
@@ -22,6 +25,7 @@ nothing here runs.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import queue
 import threading
@@ -43,7 +47,7 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from vigil.platform.settings import TraceSettings
@@ -58,6 +62,8 @@ EXPORT_BATCH = 256
 EXPORT_INTERVAL_S = 1.0
 
 _propagator = TraceContextTextMapPropagator()
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 _WALL_OFFSET_NS = time.time_ns() - time.monotonic_ns()
@@ -146,6 +152,13 @@ def span_dict(span: ReadableSpan) -> dict[str, Any]:
         "duration_ms": round(((span.end_time or 0) - (span.start_time or 0)) / 1e6, 3),
         "status": span.status.status_code.name.lower(),
         "attributes": dict(span.attributes or {}),
+        "links": [
+            {
+                "trace_id": format(link.context.trace_id, "032x"),
+                "span_id": format(link.context.span_id, "016x"),
+            }
+            for link in span.links
+        ],
     }
 
 
@@ -230,6 +243,20 @@ def otlp_exporter(endpoint: str) -> SpanExporter:
 
 def parent_context(headers: Mapping[str, str]) -> Context:
     return _propagator.extract(dict(headers))
+
+
+def joins_parent(peer: str | None, trusted: Sequence[IPNetwork]) -> bool:
+    """Whether a caller's traceparent becomes its request's parent: only a trusted
+    peer's. An IPv4 peer seen on an IPv6 socket (::ffff:a.b.c.d) is its IPv4 address."""
+    if peer is None or not trusted:
+        return False
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:  # not an IP peer (a Unix socket, a test client's name)
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in trusted)
 
 
 def traceparent(span: Span) -> dict[str, str]:
@@ -369,17 +396,35 @@ class RequestTrace:
 
 
 class Tracing:
-    def __init__(self, tracer_provider: TracerProvider, ring: TraceRing) -> None:
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        ring: TraceRing,
+        parent_from: Sequence[IPNetwork] = (),
+    ) -> None:
         self.provider = tracer_provider
         self.tracer = tracer_provider.get_tracer("vigil")
         self.ring = ring
+        self.parent_from = tuple(parent_from)
 
-    def begin(self, method: str, path: str, headers: Mapping[str, str]) -> RequestTrace:
+    def begin(
+        self, method: str, path: str, headers: Mapping[str, str], peer: str | None
+    ) -> RequestTrace:
+        """The request's server span: under the caller's traceparent if `peer` is trusted,
+        else the root of a new trace that links to the caller's span."""
+        carried = parent_context(headers)
+        links: list[Link] = []
+        if not joins_parent(peer, self.parent_from):
+            caller = trace.get_current_span(carried).get_span_context()
+            if caller.is_valid:
+                links.append(Link(caller))
+            carried = Context()
         span = self.tracer.start_span(
             f"{method} {path}",
-            parent_context(headers),
+            carried,
             kind=SpanKind.SERVER,
             attributes={"http.request.method": method, "url.path": path},
+            links=links,
         )
         return RequestTrace(self.tracer, span)
 
@@ -447,4 +492,5 @@ def build_tracing(settings: TraceSettings, service: str, metrics: Metrics) -> Tr
     if settings.otlp_endpoint:
         exporter = otlp_exporter(settings.otlp_endpoint)
         processors.append(BoundedExport(exporter, metrics.spans_dropped.inc))
-    return Tracing(provider(service, settings.sample_ratio, processors), ring)
+    trusted = [ipaddress.ip_network(n) for n in settings.parent_from]
+    return Tracing(provider(service, settings.sample_ratio, processors), ring, trusted)

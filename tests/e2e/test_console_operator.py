@@ -2,8 +2,8 @@
 signs in, registers a version, loads it as a canary, gives it 10% of the traffic through
 the confirm step, watches the canary's share of the requests arrive in the overview's
 chart, finds the change in the audit log, promotes; a viewer gets no write controls and a
-forged write is refused; without a session nothing is shown, and on a host open to the
-network that holds without --auth."""
+forged write is refused; "sign out everywhere" in one browser signs out another; without
+a session nothing is shown, and on a host open to the network that holds without --auth."""
 
 from __future__ import annotations
 
@@ -171,6 +171,20 @@ def test_without_a_session_the_console_shows_nothing(server: Any) -> None:
     assert page.status_code == 303 and page.headers["location"] == "/console/login?next=/console/"
     stream = httpx.get(f"{base}/console/stream", headers={"accept": "text/event-stream"})
     assert stream.status_code == 401
+
+
+def test_sign_out_everywhere_signs_out_the_other_browser(server: Any, browser: Any) -> None:
+    base = server.base_url
+    here, there = browser.new_context().new_page(), browser.new_context().new_page()
+    sign_in(here, base, VIEWER)
+    sign_in(there, base, VIEWER)
+    here.click("#sign-out-everywhere")
+    expect(here).to_have_url(f"{base}/console/login")
+    there.goto(f"{base}/console/deployments")
+    expect(there).to_have_url(f"{base}/console/login?next=/console/deployments")
+    expect(there.locator("#login-form")).to_be_visible()
+    for page in (here, there):
+        page.context.close()
 
 
 def test_failed_sign_ins_are_throttled_in_the_form(server: Any, page: Page) -> None:

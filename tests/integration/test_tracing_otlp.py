@@ -110,6 +110,7 @@ def test_one_trace_crosses_gateway_and_worker_and_a_dead_receiver_costs_nothing(
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     data_dir = tmp_path_factory.mktemp("traced")
     flags = ["--otlp-endpoint", endpoint, "--log-format", "json"]
+    flags += ["--trace-parent-from", "127.0.0.1"]  # the caller is a trusted proxy here
     with launch_vigil(data_dir, *flags) as vigil:
         body = {
             "model": MODEL,

@@ -1,7 +1,8 @@
 """Signing in and out. The sign-in checks a user's password through the admin API's
 rules (`sign_in`: the per-username and per-address throttle, lockouts audited), then
 starts a session under a new id; a sign-in and a sign-out are audit entries about the
-user."""
+user. "Sign out everywhere" ends every session of the signed-in user, this one included
+(on a shared or lost computer, say)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,9 @@ class SignInController(Controller):
             return _again(
                 request, target, "Wrong username or password, or the user is disabled.", 401
             )
-        request.set_session(session_for(user))
+        # The epoch as stored now: a sign-in remembered by another gateway's cache may
+        # predate a "sign out everywhere", and its session would end at once.
+        request.set_session(session_for(await services.plane.users.get(user.username)))
         details = {"address": address, "via": "console"}
         await services.plane.audit.record(
             user.username, "user.sign_in", "user", user.username, details
@@ -75,6 +78,18 @@ class SignInController(Controller):
             details = {"address": client_address(request), "via": "console"}
             await services.plane.audit.record(
                 viewer.user.username, "user.sign_out", "user", viewer.user.username, details
+            )
+        request.clear_session()
+        return Redirect("/console/login", status_code=303)
+
+    @post("/logout-everywhere")
+    async def sign_out_everywhere(
+        self, request: Request[Any, Any, Any], services: Services
+    ) -> Redirect:
+        viewer: Viewer = viewer_of(request)
+        if viewer.user is not None:
+            await services.plane.users.sign_out_everywhere(
+                viewer.user.username, actor=viewer.user.username
             )
         request.clear_session()
         return Redirect("/console/login", status_code=303)

@@ -110,6 +110,18 @@ class UserController(Controller):
         )
         return user_out(user)
 
+    @post(
+        "/{username:str}/sign-out",
+        summary="End every console session of a user",
+        description="Their browsers are signed out at their next request; a password "
+        "change or disabling them does this too.",
+        opt=ADMIN,
+        status_code=200,
+        responses=write_responses(404),
+    )
+    async def sign_out_user(self, plane: Plane, actor: Actor, username: FromPath[str]) -> UserOut:
+        return user_out(await plane.users.sign_out_everywhere(username, actor=actor))
+
 
 class KeyController(Controller):
     path = "/keys"

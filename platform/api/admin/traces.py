@@ -17,6 +17,11 @@ from vigil.platform.telemetry.tracing import TraceRing
 MAX_TRACES = 1000
 
 
+class LinkOut(Struct, kw_only=True):
+    trace_id: str
+    span_id: str
+
+
 class SpanOut(Struct, kw_only=True):
     name: str
     span_id: str
@@ -27,6 +32,9 @@ class SpanOut(Struct, kw_only=True):
     duration_ms: float
     status: str
     attributes: dict[str, Any]
+    # Spans of other traces this one points to: the caller's, when its traceparent was
+    # not joined (see telemetry/tracing.py).
+    links: list[LinkOut]
 
 
 class TraceSummaryOut(Struct, kw_only=True):
@@ -41,6 +49,11 @@ class TraceSummaryOut(Struct, kw_only=True):
 class TraceOut(Struct, kw_only=True):
     trace_id: str
     spans: list[SpanOut]  # by start time
+
+
+def _span_out(span: dict[str, Any]) -> SpanOut:
+    links = [LinkOut(**link) for link in span["links"]]
+    return SpanOut(**{**span, "links": links})
 
 
 def _ring(traces: TraceRing | None) -> TraceRing:
@@ -94,4 +107,4 @@ class TraceController(Controller):
                 code="trace_not_found",
             )
         ordered = sorted(spans, key=lambda s: s["start_ns"] or 0)
-        return TraceOut(trace_id=trace_id.lower(), spans=[SpanOut(**s) for s in ordered])
+        return TraceOut(trace_id=trace_id.lower(), spans=[_span_out(s) for s in ordered])

@@ -27,6 +27,7 @@ class UserRecord:
     role: Role
     created_at: datetime
     disabled_at: datetime | None
+    session_epoch: int  # a console session of another epoch is signed out
 
     @property
     def disabled(self) -> bool:
@@ -43,6 +44,7 @@ class UserRecord:
             role=Role(row.role),
             created_at=aware(row.created_at),
             disabled_at=aware(row.disabled_at) if row.disabled_at is not None else None,
+            session_epoch=row.session_epoch,
         )
 
 

@@ -19,7 +19,23 @@ from vigil.platform.control.access.repository import SessionRepository
 from vigil.platform.control.access.tables import ConsoleSession
 from vigil.platform.control.db import Service, aware, utcnow
 
-RENEW_GRANULARITY = timedelta(seconds=60)
+MAX_RENEW_STEP = timedelta(seconds=60)
+RENEW_FRACTION = 0.1  # of the idle timeout: an active user keeps at least 90% of it
+
+
+def renew_step(idle: timedelta) -> timedelta:
+    """How far a session's expiry must move before it is written again: a tenth of its
+    idle timeout, at most a minute. A step as long as the timeout itself would let a
+    session expire while its user is active (a 60 s timeout, renewed every 60 s, ended
+    60 s after sign-in)."""
+    return min(MAX_RENEW_STEP, idle * RENEW_FRACTION)
+
+
+def needs_write(stored_expires_at: datetime, new_expires_at: datetime, idle: timedelta) -> bool:
+    """Whether an unchanged session's new expiry is worth a write: it moves the stored
+    one by a renewal step or more. Skipped writes cost the session at most one step
+    of its idle time."""
+    return new_expires_at - stored_expires_at >= renew_step(idle)
 
 
 def _hash(session_id: str) -> str:
@@ -55,9 +71,10 @@ class SessionService(Service):
     async def set(self, session_id: str, data: bytes, expires_in_s: int) -> None:
         """Store the data until `expires_in_s` from now. The middleware calls this after
         every request; a session whose data is unchanged and whose expiry would move by
-        less than RENEW_GRANULARITY is not written again (a page polling every 2 s
-        would otherwise write its row every 2 s)."""
-        expires_at = self.clock() + timedelta(seconds=expires_in_s)
+        less than `renew_step` is not written again (a page polling every 2 s would
+        otherwise write its row every 2 s)."""
+        idle = timedelta(seconds=expires_in_s)
+        expires_at = self.clock() + idle
         async with self._sessions.begin() as session:
             repo = SessionRepository(session)
             row = await repo.get(_hash(session_id))
@@ -65,7 +82,7 @@ class SessionService(Service):
                 repo.add(
                     ConsoleSession(key_hash=_hash(session_id), data=data, expires_at=expires_at)
                 )
-            elif row.data != data or expires_at - aware(row.expires_at) >= RENEW_GRANULARITY:
+            elif row.data != data or needs_write(aware(row.expires_at), expires_at, idle):
                 row.data, row.expires_at = data, expires_at
 
     async def delete(self, session_id: str) -> None:

@@ -22,6 +22,8 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(20))  # viewer | operator | admin
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    # Recorded by each console session at sign-in; moving it on signs them all out.
+    session_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ApiKey(Base):

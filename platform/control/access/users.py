@@ -1,6 +1,11 @@
 """The rules for users: who may sign in (argon2id password hashes), with which role, and
 that the last active admin stays one.
 
+A password change or disabling a user ends all of the user's console sessions, as does
+`sign_out_everywhere`: each moves the user's session epoch on, and a session signed in
+under another epoch is refused at its next request (web/auth.py), on every gateway of
+the database. A role change ends none: the console reads the role on every request.
+
 Argon2 is slow on purpose (tens of milliseconds and 64 MiB a check), and HTTP Basic sends
 the password with every request, so `authenticate` remembers a success for `cache_ttl_s`
 keyed by (username, SHA-256 of the password). Any write to a user here drops its entries;
@@ -97,7 +102,7 @@ class UserService(Service):
         async with self._sessions.begin() as session:
             repo = UserRepository(session)
             row = await _user(session, username)
-            before = _snapshot(row)
+            before, epoch = _snapshot(row), row.session_epoch
             new_role = Role(role) if role is not None else Role(row.role)
             now_disabled = disabled if disabled is not None else row.disabled_at is not None
             is_admin = row.role == Role.ADMIN and row.disabled_at is None
@@ -111,9 +116,14 @@ class UserService(Service):
             row.role = new_role.value
             if now_disabled != (row.disabled_at is not None):
                 row.disabled_at = utcnow() if now_disabled else None
+                if now_disabled:  # enabling them again must not bring old sessions back
+                    row.session_epoch += 1
             if new_hash is not None:
                 row.password_hash = new_hash
+                row.session_epoch += 1
             after = _snapshot(row) | ({"password_changed": True} if new_hash else {})
+            if row.session_epoch != epoch:
+                after["sessions_ended"] = True
             changed = after != before
             if changed:
                 AuditRepository(session).log(actor, "user.update", "user", username, before, after)
@@ -121,6 +131,19 @@ class UserService(Service):
         self._forget(username)
         if changed:
             await self._on_change()
+        return record
+
+    async def sign_out_everywhere(self, username: str, *, actor: str) -> UserRecord:
+        """End every console session of the user, wherever it was signed in."""
+        async with self._sessions.begin() as session:
+            row = await _user(session, username)
+            row.session_epoch += 1
+            details = {"username": username, "sessions_ended": True}
+            AuditRepository(session).log(
+                actor, "user.sign_out_everywhere", "user", username, None, details
+            )
+            record = UserRecord.of(row)
+        self._forget(username)
         return record
 
     async def set_role(self, username: str, role: Role, *, actor: str) -> UserRecord:

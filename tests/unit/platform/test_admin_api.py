@@ -22,6 +22,7 @@ from litestar.testing import AsyncTestClient
 from vigil.engine.artifacts import artifact_checksum
 from vigil.engine.bundled import MINILM, SMOLLM2, bundled_source
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
+from vigil.platform.api.body import BodyRequest
 from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
@@ -82,6 +83,7 @@ async def client(plane: ControlPlane) -> AsyncIterator[AsyncTestClient[Litestar]
     app = Litestar(
         route_handlers=[admin_router(plane, SignInThrottle(), SLOTracker())],
         exception_handlers=EXCEPTION_HANDLERS,
+        request_class=BodyRequest,  # as create_app has it
         openapi_config=OpenAPIConfig(
             title="test", version="0", components=[ADMIN_OPENAPI_COMPONENTS]
         ),
@@ -542,6 +544,23 @@ async def test_admin_manages_keys_and_users(client: AsyncTestClient[Litestar]) -
     ]
 
 
+async def test_an_admin_ends_every_console_session_of_a_user(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    before = (await plane.users.get("ops")).session_epoch
+    r = await client.post("/api/admin/users/ops/sign-out", headers=ROOT)
+    assert r.status_code == 200 and r.json()["username"] == "ops"
+    assert (await plane.users.get("ops")).session_epoch == before + 1
+    assert (await client.post("/api/admin/users/root/sign-out", headers=OPS)).status_code == 403
+    missing = await client.post("/api/admin/users/nobody/sign-out", headers=ROOT)
+    assert missing.status_code == 404 and error_of(missing)["param"] == "username"
+    actions = await client.get("/api/admin/audit", params={"entity_type": "user"}, headers=ROOT)
+    assert (actions.json()[0]["actor"], actions.json()[0]["action"]) == (
+        "root",
+        "user.sign_out_everywhere",
+    )
+
+
 async def test_the_openapi_schema_documents_the_admin_api(
     client: AsyncTestClient[Litestar],
 ) -> None:
@@ -599,6 +618,30 @@ async def test_the_consoles_own_page_and_scripts_may_write(
     assert (
         await client.post("/api/admin/users", json=body, headers={**ROOT, **typed})
     ).status_code == 201
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        ("POST", "/api/admin/plan", EVE),
+        ("POST", "/api/admin/users", ROOT),
+        ("PATCH", DEPLOYMENT, OPS),
+        ("POST", "/api/admin/webhooks", OPS),
+    ],
+)
+async def test_a_body_nested_very_deep_is_a_400_on_the_admin_api(
+    client: AsyncTestClient[Litestar], method: str, path: str, headers: dict[str, str]
+) -> None:
+    for body in (DEEP, b'{"name": ' + DEEP + b"}"):
+        r = await client.request(
+            method, path, content=body, headers={**headers, "content-type": "application/json"}
+        )
+        assert r.status_code == 400, r.text
+        error = error_of(r)
+        assert error["code"] == "invalid_json" and "nested too deeply" in error["message"]
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from vigil.platform.control.access.sessions import SessionService
+from vigil.platform.control.access.sessions import SessionService, needs_write, renew_step
 from vigil.platform.control.access.tables import ConsoleSession
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
@@ -89,3 +89,34 @@ async def test_purge_deletes_only_expired_sessions(sessions: tuple[SessionServic
     clock.now = T0 + timedelta(seconds=120)
     assert await service.purge_expired() == 1
     assert await service.get("new") == b"{}" and await service.get("old") is None
+
+
+def test_the_renewal_step_stays_below_the_idle_timeout() -> None:
+    assert renew_step(timedelta(seconds=60)) == timedelta(seconds=6)
+    assert renew_step(timedelta(seconds=300)) == timedelta(seconds=30)
+    assert renew_step(timedelta(hours=8)) == timedelta(seconds=60)  # at most a minute
+
+
+def test_an_active_user_on_the_shortest_timeout_stays_signed_in() -> None:
+    """`--console-session 60`, a request every 5 s for 10 minutes: the stored expiry
+    is always ahead of the clock, and never falls more than a step behind the last
+    request's (with a step as long as the timeout it ran out 60 s after sign-in)."""
+    idle = timedelta(seconds=60)
+    stored = T0 + idle  # written at sign-in
+    for n in range(1, 121):
+        now = T0 + timedelta(seconds=5 * n)
+        assert stored > now, f"signed out {5 * n} s after sign-in"
+        if needs_write(stored, now + idle, idle):
+            stored = now + idle
+        assert now + idle - stored < renew_step(idle)
+
+
+async def test_a_short_session_is_renewed_by_requests_within_its_timeout(
+    sessions: tuple[SessionService, Clock],
+) -> None:
+    service, clock = sessions
+    await service.set("id", b"{}", 60)
+    for s in range(10, 181, 10):  # a request every 10 s for 3 minutes
+        clock.now = T0 + timedelta(seconds=s)
+        assert await service.get("id") == b"{}", f"expired {s} s after sign-in"
+        await service.set("id", b"{}", 60)

@@ -19,6 +19,7 @@ from vigil.engine.request import (
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
 from vigil.platform.forecast.first_token import EngineLoad, Waiting
 from vigil.platform.gateway.lease import LeaseState, LoadBook
+from vigil.platform.telemetry.context import RequestContext
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
 from vigil.platform.telemetry.recorder import RequestRecorder
@@ -204,3 +205,33 @@ def test_a_lease_left_before_its_finish_ends_as_aborted_and_leaves_every_count(
     )
     with pytest.raises(AssertionError, match="event after close"):
         running.observe(token(time.monotonic()))
+
+
+def test_a_stream_its_client_left_keeps_its_prompt_tokens(
+    book: LoadBook, registry: CollectorRegistry
+) -> None:
+    """No finish event comes back for a client that left: its access line has the prompt
+    the gateway sent; the metric counts it once a first token showed it was processed."""
+    contexts = {rid: RequestContext("POST", "/v1/chat/completions") for rid in ("q", "r")}
+    leases = {
+        rid: book.open(
+            RequestId(rid),
+            "chat",
+            "m@1",
+            "m@1",
+            "w1",
+            I,
+            prompt,
+            16,
+            RequestClock(time.monotonic()),
+            context=contexts[rid],
+        )
+        for rid, prompt in (("q", 40), ("r", 100))
+    }
+    leases["r"].observe(token(time.monotonic()))
+    for lease in leases.values():
+        lease.close()
+    fields = {rid: c.fields for rid, c in contexts.items()}
+    assert fields["q"]["outcome"] == "abort" and fields["q"]["prompt_tokens"] == 40
+    assert fields["r"]["outcome"] == "abort" and fields["r"]["prompt_tokens"] == 100
+    assert value(registry, "vigil_prompt_tokens_total", deployment="chat", version="m@1") == 100

@@ -244,3 +244,27 @@ def test_sqlite_keeps_slos_and_orders_owed_messages_from_0008(tmp_path: Path) ->
 @pytest.mark.postgres
 def test_postgresql_keeps_slos_and_orders_owed_messages_from_0008(postgres_url: str) -> None:
     slos_and_owed_messages_survive_0007_and_0008(postgres_url)
+
+
+def users_of_0008_start_at_the_first_session_epoch(url: str) -> None:
+    """A user made before 0009 gets epoch 0, which the sessions signed in before it (that
+    recorded none) are read as: an upgrade signs nobody out."""
+    migrate(url, "0008")
+    run_sql(
+        url,
+        "INSERT INTO users (username, password_hash, role, created_at) "
+        "VALUES ('root', 'argon2-hash', 'admin', '2026-12-01')",
+    )
+    migrate(url)
+    assert run_sql(url, "SELECT username, session_epoch FROM users") == [("root", 0)]
+    migrate(url, "0008")
+    assert run_sql(url, "SELECT username FROM users") == [("root",)]
+
+
+def test_sqlite_users_of_0008_start_at_the_first_session_epoch(tmp_path: Path) -> None:
+    users_of_0008_start_at_the_first_session_epoch(f"sqlite+aiosqlite:///{tmp_path / 'v.db'}")
+
+
+@pytest.mark.postgres
+def test_postgresql_users_of_0008_start_at_the_first_session_epoch(postgres_url: str) -> None:
+    users_of_0008_start_at_the_first_session_epoch(postgres_url)

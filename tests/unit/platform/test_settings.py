@@ -167,3 +167,17 @@ def test_local_workers_share_the_cores_unless_threads_are_given() -> None:
     assert local_worker_engine(default, workers=3, cpus=2).torch_threads == 1
     fixed = serve_settings({"torch_threads": 6}, env={}).engine
     assert local_worker_engine(fixed, workers=2, cpus=8) == fixed
+
+
+def test_trusted_trace_parents_come_from_flags_or_a_comma_separated_variable() -> None:
+    assert serve_settings({}, env={}).tracing.parent_from == ()  # nobody's is joined
+    flags = {"trace_parent_from": ["10.0.0.7", "192.168.0.0/16,fd00::/8"]}
+    assert serve_settings(flags, env={}).tracing.parent_from == (
+        "10.0.0.7/32",
+        "192.168.0.0/16",
+        "fd00::/8",
+    )
+    env = {"VIGIL_TRACE_PARENT_FROM": "10.1.0.0/16, 127.0.0.1"}
+    assert serve_settings({}, env=env).tracing.parent_from == ("10.1.0.0/16", "127.0.0.1/32")
+    with pytest.raises(SettingsError, match="--trace-parent-from takes IP addresses"):
+        serve_settings({"trace_parent_from": ["mesh.internal"]}, env={})

@@ -1,10 +1,12 @@
-"""Request traces through the gateway, kept in the in-memory ring: a caller's traceparent
-honoured, one trace per request with the admission, the hop to the worker (whose
-traceparent goes along) and the engine phases adding up, GenAI attributes; a shed request
-kept whatever the sampler says; log lines and the access line carry the request's ids."""
+"""Request traces through the gateway, kept in the in-memory ring: a trusted caller's
+traceparent joined and anyone else's only linked, one trace per request with the
+admission, the hop to the worker (whose traceparent goes along) and the engine phases
+adding up, GenAI attributes; a shed request kept whatever the sampler says; log lines and
+the access line carry the request's ids."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -19,7 +21,7 @@ from vigil.platform.control.access.records import Role
 from vigil.platform.control.specs import SLOTargets, bundled_version
 from vigil.platform.settings import TraceSettings
 from vigil.platform.telemetry.context import ContextFilter, JsonFormatter
-from vigil.platform.telemetry.tracing import TRACE_HEADER
+from vigil.platform.telemetry.tracing import TRACE_HEADER, joins_parent
 
 STABLE = bundled_version(SMOLLM2).key
 CHAT = {"model": SMOLLM2, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 3}
@@ -30,8 +32,8 @@ PARENT_SPAN = "00f067aa0ba902b7"
 OPS = ("ops", "ops password 1")
 
 
-def traced(ratio: float) -> dict[str, Any]:
-    return {"tracing": TraceSettings(sample_ratio=ratio, buffer=32)}
+def traced(ratio: float, parent_from: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"tracing": TraceSettings(sample_ratio=ratio, buffer=32, parent_from=parent_from)}
 
 
 async def operator(gateway: Gateway) -> None:
@@ -58,7 +60,18 @@ async def trace_of(client: httpx.AsyncClient, trace_id: str) -> list[dict[str, A
     return spans
 
 
-async def test_a_request_is_one_trace_under_its_callers_parent(gateway: Gateway) -> None:
+async def test_a_request_is_one_trace_under_a_trusted_callers_parent(
+    tmp_path, smollm2_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
+    trusted = traced(1.0, parent_from=("127.0.0.0/8",))
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **trusted) as gateway:
+        await operator(gateway)
+        await one_trace_under_the_callers_parent(gateway)
+
+
+async def one_trace_under_the_callers_parent(gateway: Gateway) -> None:
     parent = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"
     async with client_of(gateway) as client:
         r = await client.post("/v1/chat/completions", json=CHAT, headers={"traceparent": parent})
@@ -93,6 +106,51 @@ async def test_a_request_is_one_trace_under_its_callers_parent(gateway: Gateway)
     [sent] = gateway.workers.trace_headers
     assert sent["traceparent"] == f"00-{PARENT_TRACE}-{hop['span_id']}-01"
     assert listed[0]["trace_id"] == PARENT_TRACE and listed[0]["num_spans"] == len(spans)
+
+
+async def test_an_untrusted_callers_traceparent_is_a_link_from_a_new_trace(
+    tmp_path, smollm2_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    """By default nobody's traceparent is joined: two callers naming one trace get a
+    trace each, linked to what they sent, and a sampled-out flag decides nothing."""
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(1.0)) as gateway:
+        await operator(gateway)
+        async with client_of(gateway) as client:
+            ids = []
+            for flags in ("01", "00"):
+                parent = {"traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-{flags}"}
+                r = await client.post("/v1/chat/completions", json=CHAT, headers=parent)
+                assert r.status_code == 200
+                ids.append(r.headers[TRACE_HEADER])
+            gone = await client.get(f"/api/admin/traces/{PARENT_TRACE}", auth=OPS)
+            traces = [await trace_of(client, trace_id) for trace_id in ids]
+    assert PARENT_TRACE not in ids and len(set(ids)) == 2 and gone.status_code == 404
+    for spans in traces:  # kept at ratio 1, whatever the caller's flag said
+        [server] = [s for s in spans if s["kind"] == "server"]
+        assert server["parent_span_id"] is None
+        assert server["links"] == [{"trace_id": PARENT_TRACE, "span_id": PARENT_SPAN}]
+
+
+@pytest.mark.parametrize(
+    ("peer", "trusted", "joins"),
+    [
+        ("10.1.2.3", (), False),  # the default: nobody
+        ("10.1.2.3", ("10.0.0.0/8",), True),
+        ("10.1.2.3", ("192.168.0.0/16", "10.1.2.3/32"), True),
+        ("11.0.0.1", ("10.0.0.0/8",), False),
+        ("::ffff:10.1.2.3", ("10.0.0.0/8",), True),  # IPv4 on an IPv6 socket
+        ("fd00::1", ("fd00::/8",), True),
+        ("fd00::1", ("10.0.0.0/8",), False),
+        ("testclient", ("0.0.0.0/0",), False),  # no address: not trusted
+        (None, ("0.0.0.0/0",), False),
+    ],
+)
+def test_only_a_trusted_peers_traceparent_is_joined(
+    peer: str | None, trusted: tuple[str, ...], joins: bool
+) -> None:
+    assert joins_parent(peer, [ipaddress.ip_network(n) for n in trusted]) is joins
 
 
 async def test_a_shed_request_is_kept_when_the_sampler_would_drop_it(

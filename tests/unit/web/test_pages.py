@@ -48,7 +48,8 @@ async def test_a_viewer_is_drawn_no_write_control_anywhere(console: Console) -> 
         page = (await console.get(path)).text
         assert "hx-post" not in page, path
         forms = re.findall(r"<form[^>]*>", page)
-        assert all('action="/console/logout"' in f or "hx-get" in f for f in forms), path
+        signing_out = ('action="/console/logout"', 'action="/console/logout-everywhere"')
+        assert all(any(a in f for a in signing_out) or "hx-get" in f for f in forms), path
 
 
 async def test_register_a_version_with_default_params_then_retire_it(console: Console) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from consoles import PASSWORD, Console
 
+from vigil.platform.control.access.records import Role
 from vigil.platform.gateway.throttle import SignInLimits
 
 MAX_FAILURES_PER_USER = SignInLimits().max_failures_per_user
@@ -163,3 +164,84 @@ async def test_sign_in_and_out_are_in_the_audit_log(console: Console) -> None:
     await console.client.post("/console/logout", data={"_csrf_token": console.csrf()})
     actions = [e.action for e in await console.services.plane.audit.list("user", "vera")]
     assert actions[:2] == ["user.sign_out", "user.sign_in"]
+
+
+async def browser(console: Console, username: str) -> str:
+    return await browser_as(console, username, PASSWORD)
+
+
+async def browser_as(console: Console, username: str, password: str) -> str:
+    """Sign in as another browser would (no cookie of the last one): its session id."""
+    if console.client.cookies.get("vigil_session"):
+        console.client.cookies.delete("vigil_session", domain="testserver.local", path="/console")
+    assert (await console.sign_in(username, password)).status_code == 303
+    session_id = console.client.cookies.get("vigil_session")
+    assert session_id
+    return session_id
+
+
+async def page_in(console: Console, session_id: str) -> int:
+    console.client.cookies.set(
+        "vigil_session", session_id, domain="testserver.local", path="/console"
+    )
+    status: int = (await console.get("/console/")).status_code
+    return status
+
+
+async def test_a_password_change_ends_every_session_of_that_user(make_console: Any) -> None:
+    async with make_console(auth="keys") as console:
+        laptop, phone, other = [await browser(console, u) for u in ("otto", "otto", "vera")]
+        assert [await page_in(console, s) for s in (laptop, phone, other)] == [200, 200, 200]
+        await console.services.plane.users.update("otto", password="a new password", actor="ada")
+        assert [await page_in(console, s) for s in (laptop, phone, other)] == [303, 303, 200]
+        assert await console.services.plane.sessions.expires_in_s(laptop) is None  # deleted
+        entries = await console.services.plane.audit.list("user", "otto")
+        assert entries[0].after == {
+            "username": "otto",
+            "role": "operator",
+            "disabled": False,
+            "password_changed": True,
+            "sessions_ended": True,
+        }
+        assert (await console.sign_in("otto", PASSWORD)).status_code == 401  # the old one
+        assert await page_in(console, await browser_as(console, "otto", "a new password")) == 200
+
+
+async def test_sign_out_everywhere_ends_the_other_browsers_sessions(console: Console) -> None:
+    laptop, phone = await browser(console, "otto"), await browser(console, "otto")
+    ended = await console.client.post(
+        "/console/logout-everywhere", data={"_csrf_token": console.csrf()}
+    )
+    assert ended.status_code == 303 and ended.headers["location"] == "/console/login"
+    for session_id in (laptop, phone):  # open mode: each reads on, as nobody
+        assert await page_in(console, session_id) == 200
+        assert 'id="signed-in-as"' not in (await console.get("/console/")).text
+        assert await console.services.plane.sessions.expires_in_s(session_id) is None
+    actions = [e.action for e in await console.services.plane.audit.list("user", "otto")]
+    assert actions[0] == "user.sign_out_everywhere"
+
+
+async def test_a_user_enabled_again_gets_no_old_session_back(make_console: Any) -> None:
+    async with make_console(auth="keys") as console:
+        session = await browser(console, "otto")
+        users = console.services.plane.users
+        await users.disable("otto", actor="ada")
+        await users.update("otto", disabled=False, actor="ada")  # before the session's next click
+        assert await page_in(console, session) == 303
+
+
+async def test_a_role_change_keeps_the_session_with_the_new_role(make_console: Any) -> None:
+    async with make_console(auth="keys") as console:
+        session = await browser(console, "otto")
+        await console.services.plane.users.set_role("otto", Role.VIEWER, actor="ada")
+        assert await page_in(console, session) == 200
+        assert "otto · viewer" in (await console.get("/console/")).text
+
+
+async def test_signing_in_again_after_sign_out_everywhere_starts_a_working_session(
+    console: Console,
+) -> None:
+    await browser(console, "otto")  # its password check is remembered a while
+    await console.client.post("/console/logout-everywhere", data={"_csrf_token": console.csrf()})
+    assert await page_in(console, await browser(console, "otto")) == 200
+    assert "otto · operator" in (await console.get("/console/")).text
