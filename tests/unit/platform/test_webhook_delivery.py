@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fakes import serving
 from litestar import Litestar, Request, Response, post
 
+from vigil.platform.alerts.connect import webhook_client
 from vigil.platform.alerts.delivery import POLL_INTERVAL_S, WebhookDelivery, backoff_s, render
 from vigil.platform.alerts.signing import (
     DELIVERY_HEADER,
@@ -30,10 +30,12 @@ from vigil.platform.alerts.signing import (
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.control.webhooks.records import WebhookEvent, WebhookFormat
 from vigil.platform.errors import InvalidRequest
 
 SECRET = "whsec_0123456789abcdef0123"
+LOCAL = WebhookAddressPolicy(allow_loopback=True)  # the receivers here are on 127.0.0.1
 
 
 @dataclass
@@ -74,7 +76,7 @@ async def plane(database_url: str) -> AsyncIterator[ControlPlane]:
     url = database_url
     await asyncio.to_thread(migrate, url)
     engine = create_engine(url)
-    yield ControlPlane(session_factory(engine))
+    yield ControlPlane(session_factory(engine), webhook_policy=LOCAL)
     await engine.dispose()
 
 
@@ -99,7 +101,7 @@ async def test_a_firing_alert_reaches_the_receiver_as_alertmanager_would_send_it
     plane: ControlPlane,
 ) -> None:
     receiver = Receiver()
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], secret=SECRET, actor="ops"
         )
@@ -132,7 +134,7 @@ async def test_a_firing_alert_reaches_the_receiver_as_alertmanager_would_send_it
 
 async def test_a_receiver_down_gets_every_message_once_it_is_back(plane: ControlPlane) -> None:
     receiver = Receiver(down=True)
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
         for sli in ("ttft", "availability", "tokens_per_s"):
             await plane.alerts.fire("chat", sli, "page", f"{sli} burns", {})
@@ -160,7 +162,7 @@ async def test_a_receiver_down_gets_every_message_once_it_is_back(plane: Control
 
 
 async def test_a_message_too_old_is_given_up_and_logged(plane: ControlPlane) -> None:
-    async with httpx.AsyncClient() as client:
+    async with webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "nowhere", "http://127.0.0.1:9/hook", ["slo.burn"], secret=SECRET, actor="ops"
         )
@@ -236,7 +238,7 @@ def test_the_readmes_verification_snippet_accepts_a_delivery_and_refuses_a_forge
 
 async def test_a_message_goes_out_when_written_not_at_the_next_poll(plane: ControlPlane) -> None:
     receiver = Receiver()
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
         delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, wake=plane.outbox_written)
         loop = asyncio.create_task(delivery.run())
@@ -260,7 +262,7 @@ async def test_an_alerts_resolve_waits_behind_its_firing_across_retries_and_rest
     the firing is delivered, even to a deliverer started afresh over the same database;
     another alert's messages, and test events, do not wait on it."""
     receiver = Receiver(down=True)
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], secret=SECRET, actor="o"
         )
@@ -283,7 +285,7 @@ async def test_an_alerts_resolve_waits_behind_its_firing_across_retries_and_rest
         # A restart: a new engine and services over the same database.
         engine = create_engine(database_url)
         try:
-            restarted = ControlPlane(session_factory(engine))
+            restarted = ControlPlane(session_factory(engine), webhook_policy=LOCAL)
             assert len(await restarted.outbox.due(later, 10)) == 3  # still not the resolve
             receiver.down = False
             await _all_due_now(restarted)
@@ -303,7 +305,7 @@ async def test_an_alerts_resolve_waits_behind_its_firing_across_retries_and_rest
 
 async def test_a_resolve_goes_out_once_its_firing_is_given_up(plane: ControlPlane) -> None:
     """A firing too old to send any more no longer holds its resolve back."""
-    async with httpx.AsyncClient() as client:
+    async with webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "nowhere", "http://127.0.0.1:9/hook", ["slo.burn", "slo.recovered"], actor="ops"
         )
