@@ -265,8 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="HOST_OR_CIDR",
         help="let webhooks call this host name or address/CIDR, which the address policy "
-        "refuses by default (loopback, private, link-local, CGNAT, ...); repeatable  "
-        "[VIGIL_WEBHOOK_ALLOW, comma-separated]",
+        "refuses by default (loopback, private, link-local, CGNAT, ...); repeatable (the "
+        "variable: comma-separated)",
     )
     serve.add_argument(
         "--redis-url",

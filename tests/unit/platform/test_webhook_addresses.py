@@ -22,6 +22,7 @@ from vigil.platform.control.webhooks.addresses import (
     parse_allow_entry,
 )
 from vigil.platform.control.webhooks.records import redacted_url
+from vigil.platform.settings import SettingsError, serve_settings
 
 STRICT = WebhookAddressPolicy()
 LOOPBACK_OPEN = WebhookAddressPolicy(allow_loopback=True)
@@ -204,3 +205,17 @@ async def test_the_connection_goes_to_the_address_checked_under_the_name() -> No
     assert r.status_code == 200
     assert asked == ["receiver.test"]
     assert seen == [{"host": f"receiver.test:{port}", "body": {"a": 1}}]
+
+
+def test_webhook_allow_comes_from_flags_or_a_comma_separated_variable() -> None:
+    flags = {"webhook_allow": ["alertmanager.monitoring.svc", "10.0.0.0/8"]}
+    assert serve_settings(flags, {}).webhook_allow == ("alertmanager.monitoring.svc", "10.0.0.0/8")
+    env = {"VIGIL_WEBHOOK_ALLOW": "am.svc, 192.168.0.0/16", "VIGIL_WEBHOOK_TIMEOUT": "2.5"}
+    settings = serve_settings({}, env)
+    assert settings.webhook_allow == ("am.svc", "192.168.0.0/16")
+    assert settings.webhook_timeout_s == 2.5
+    assert serve_settings({}, {}).webhook_allow == ()
+    with pytest.raises(SettingsError, match="webhook-allow"):
+        serve_settings({"webhook_allow": ["10.0.0.0/33"]}, {})
+    with pytest.raises(SettingsError, match="webhook timeout"):
+        serve_settings({"webhook_timeout": "0"}, {})

@@ -6,6 +6,7 @@ deliverer starts afresh."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -318,3 +319,110 @@ async def test_a_resolve_goes_out_once_its_firing_is_given_up(plane: ControlPlan
         assert await delivery.send_due() == 1  # fails, too old to retry: given up
         [resolve] = await plane.outbox.due(datetime.now(UTC), 10)
         assert resolve.payload["status"] == "resolved"
+
+
+@contextlib.asynccontextmanager
+async def hanging() -> AsyncIterator[tuple[str, list[str]]]:
+    """A receiver on 127.0.0.1 that reads each request and never answers; its URL, and
+    the paths of the requests it holds."""
+    held: list[str] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        held.append(head.split(b" ")[1].decode())
+        with contextlib.suppress(Exception):
+            await reader.read()  # until the deliverer gives up and hangs up
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", held
+    finally:
+        server.close()
+
+
+async def _until(check: Any, timeout_s: float) -> float:
+    t0 = time.monotonic()
+    while not check():
+        assert time.monotonic() - t0 < timeout_s, "not in time"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+async def test_a_hanging_receiver_delays_only_its_own_messages(plane: ControlPlane) -> None:
+    receiver = Receiver()
+    async with (
+        hanging() as (hang_url, held),
+        serving(receiver.app()) as url,
+        webhook_client(LOCAL) as client,
+    ):
+        await plane.webhooks.create("hang", f"{hang_url}/hook", ["slo.burn"], actor="o")
+        await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
+        delivery = WebhookDelivery(
+            plane.outbox, client, max_age_s=60, wake=plane.outbox_written, attempt_timeout_s=1.5
+        )
+        loop = asyncio.create_task(delivery.run())
+        try:
+            await plane.outbox.send_test("hang")
+            await _until(lambda: held, 5)
+            await plane.outbox.send_test("oncall")
+            assert await _until(lambda: receiver.received, 5) < 0.5  # not behind the hang
+            took_s = await _until(lambda: len(held) == 2, 10)  # cut off at 1.5 s, retried
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    [attempt, *_] = await plane.outbox.log("hang")
+    assert attempt.error == "no answer within 1.5 s" and 1400 < attempt.latency_ms < 2500
+    assert took_s < 4.0
+
+
+async def test_at_most_max_receivers_are_sent_to_at_once(plane: ControlPlane) -> None:
+    async with hanging() as (hang_url, held), webhook_client(LOCAL) as client:
+        for name in ("a", "b", "c"):
+            await plane.webhooks.create(name, f"{hang_url}/{name}", ["slo.burn"], actor="o")
+            await plane.outbox.send_test(name)
+        delivery = WebhookDelivery(  # max_age_s=0: each failed message is given up
+            plane.outbox, client, max_age_s=0, attempt_timeout_s=1.0, max_receivers=2
+        )
+        lanes, num_messages = await delivery.start_due()
+        assert (len(lanes), num_messages) == (2, 2)
+        assert await delivery.start_due() == ([], 0)  # full: the third waits
+        await _until(lambda: len(held) == 2, 5)
+        await asyncio.gather(*lanes)  # both cut off at 1 s
+        lanes, num_messages = await delivery.start_due()  # c's turn
+        assert num_messages == 1 and [lane.get_name() for lane in lanes] == ["webhook c"]
+        await asyncio.gather(*lanes)
+    assert sorted(held) == ["/a", "/b", "/c"]
+
+
+async def test_one_alerts_messages_keep_their_order_under_the_running_loop(
+    plane: ControlPlane,
+) -> None:
+    """The firing is slow to be answered; the resolve, written meanwhile, still comes
+    after it."""
+    arrivals: list[str] = []
+
+    @post("/hook", status_code=200)
+    async def hook(request: Request[Any, Any, Any]) -> str:
+        status = json.loads(await request.body())["status"]
+        if status == "firing":
+            await asyncio.sleep(0.3)
+        arrivals.append(status)
+        return "ok"
+
+    async with serving(Litestar([hook])) as url, webhook_client(LOCAL) as client:
+        await plane.webhooks.create(
+            "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], actor="o"
+        )
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, wake=plane.outbox_written)
+        loop = asyncio.create_task(delivery.run())
+        try:
+            fired = await plane.alerts.fire("chat", "ttft", "page", "chat burns", {})
+            assert fired is not None
+            await asyncio.sleep(0.05)
+            await plane.alerts.resolve(fired.fingerprint, {})
+            await _until(lambda: len(arrivals) == 2, 10)
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    assert arrivals == ["firing", "resolved"]
