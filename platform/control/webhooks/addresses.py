@@ -150,7 +150,7 @@ def literal_address(host: str) -> IPAddress | None:
 
 
 def address_refusal(ip: IPAddress, policy: WebhookAddressPolicy) -> str | None:
-    """Why a webhook may not connect to `ip`, or None when it may."""
+    """Why a webhook may not connect to `ip` ("a loopback address"), or None when it may."""
     if getattr(ip, "scope_id", None):
         ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
     if any(ip.version == net.version and ip in net for net in policy.allowed_networks):
@@ -159,7 +159,7 @@ def address_refusal(ip: IPAddress, policy: WebhookAddressPolicy) -> str | None:
         return None
     for net, why in _REFUSED:
         if ip.version == net.version and ip in net:
-            return f"{ip} is {why}"
+            return why
     return None
 
 
@@ -172,7 +172,10 @@ def host_refusal(host: str, policy: WebhookAddressPolicy) -> str | None:
         ip = literal_address(host)
     except AddressRefused as exc:
         return str(exc)
-    return address_refusal(ip, policy) if ip is not None else None
+    if ip is None:
+        return None
+    why = address_refusal(ip, policy)
+    return f"{ip} is {why}" if why is not None else None
 
 
 def choose_address(host: str, addresses: list[str], policy: WebhookAddressPolicy) -> str:
@@ -184,7 +187,7 @@ def choose_address(host: str, addresses: list[str], policy: WebhookAddressPolicy
     if normal_host(host) in policy.allowed_hosts:
         return addresses[0]
     for address in addresses:
-        reason = address_refusal(ipaddress.ip_address(address), policy)
-        if reason is not None:
-            raise AddressRefused(f"{host} resolves to {reason}")
+        why = address_refusal(ipaddress.ip_address(address), policy)
+        if why is not None:
+            raise AddressRefused(f"{host} resolves to {address}, {why}")
     return addresses[0]
