@@ -99,7 +99,7 @@ class WebhookService(Service):
         """Change the fields given (None: keep). A new secret means a new webhook."""
         async with self._sessions.begin() as session:
             row = await _webhook(session, name)
-            before = _snapshot(row)
+            before, url_before = _snapshot(row), row.url
             if url is not None:
                 row.url = _check_url(url, self.policy)
             if events is not None:
@@ -109,12 +109,14 @@ class WebhookService(Service):
             if format is not None:
                 row.format = WebhookFormat(format).value
             after = _snapshot(row)
-            if after != before:
+            # The snapshots carry the URL redacted: a change of its path alone is one too.
+            changed = after != before or row.url != url_before
+            if changed:
                 AuditRepository(session).log(
                     actor, "webhook.update", "webhook", name, before, after
                 )
             record = WebhookRecord.of(row)
-        if after != before:
+        if changed:
             await self._on_change()
         return record
 

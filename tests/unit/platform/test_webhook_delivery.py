@@ -426,3 +426,16 @@ async def test_one_alerts_messages_keep_their_order_under_the_running_loop(
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
     assert arrivals == ["firing", "resolved"]
+
+
+async def test_the_audit_log_keeps_a_webhooks_url_redacted_and_each_change_of_it(
+    plane: ControlPlane,
+) -> None:
+    await plane.webhooks.create(
+        "oncall", "https://u:pw@pager.example/k/one?t=1", ["slo.burn"], actor="ops"
+    )
+    await plane.webhooks.update("oncall", url="https://u:pw@pager.example/k/two", actor="ops")
+    entries = await plane.audit.list(entity_type="webhook")
+    assert [e.action for e in entries] == ["webhook.update", "webhook.create"]
+    assert all("pw" not in json.dumps([e.before, e.after]) for e in entries)
+    assert entries[0].after is not None and entries[0].after["url"] == "https://…@pager.example/…"
