@@ -141,21 +141,23 @@ class WebhookDelivery:
         self, owns: Callable[[], bool] = lambda: True
     ) -> tuple[list[asyncio.Task[None]], int]:
         """Start a lane for each webhook that has messages due and no lane yet, up to
-        the bound; the lanes started and the number of messages they carry."""
-        free = self.max_receivers - len(self._lanes)
-        if free <= 0:
-            return [], 0
-        due = await self.outbox.due(datetime.now(UTC), BATCH, busy=tuple(self._lanes))
-        by_webhook: dict[str, list[DueMessage]] = {}
-        for message in due:
-            by_webhook.setdefault(message.webhook, []).append(message)
-        lanes, num_messages = [], 0
-        for name, messages in list(by_webhook.items())[:free]:
-            lane = asyncio.create_task(self._lane(messages, owns), name=f"webhook {name}")
-            self._lanes[name] = lane
-            lane.add_done_callback(functools.partial(self._lane_done, name))
-            lanes.append(lane)
-            num_messages += len(messages)
+        the bound; the lanes started and the number of messages they carry. A full
+        batch may have left other webhooks out: it asks again, without the new lanes'."""
+        lanes: list[asyncio.Task[None]] = []
+        num_messages = 0
+        while (free := self.max_receivers - len(self._lanes)) > 0:
+            due = await self.outbox.due(datetime.now(UTC), BATCH, busy=tuple(self._lanes))
+            by_webhook: dict[str, list[DueMessage]] = {}
+            for message in due:
+                by_webhook.setdefault(message.webhook, []).append(message)
+            for name, messages in list(by_webhook.items())[:free]:
+                lane = asyncio.create_task(self._lane(messages, owns), name=f"webhook {name}")
+                self._lanes[name] = lane
+                lane.add_done_callback(functools.partial(self._lane_done, name))
+                lanes.append(lane)
+                num_messages += len(messages)
+            if len(due) < BATCH:
+                break
         return lanes, num_messages
 
     async def send_due(self) -> int:

@@ -21,7 +21,13 @@ from fakes import serving
 from litestar import Litestar, Request, Response, post
 
 from vigil.platform.alerts.connect import webhook_client
-from vigil.platform.alerts.delivery import POLL_INTERVAL_S, WebhookDelivery, backoff_s, render
+from vigil.platform.alerts.delivery import (
+    BATCH,
+    POLL_INTERVAL_S,
+    WebhookDelivery,
+    backoff_s,
+    render,
+)
 from vigil.platform.alerts.signing import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
@@ -439,3 +445,19 @@ async def test_the_audit_log_keeps_a_webhooks_url_redacted_and_each_change_of_it
     assert [e.action for e in entries] == ["webhook.update", "webhook.create"]
     assert all("pw" not in json.dumps([e.before, e.after]) for e in entries)
     assert entries[0].after is not None and entries[0].after["url"] == "https://…@pager.example/…"
+
+
+async def test_one_webhooks_full_batch_does_not_keep_another_waiting(plane: ControlPlane) -> None:
+    """More messages due for one webhook than a pass hands out: the other webhook's
+    lane starts in the same pass all the same."""
+    async with webhook_client(LOCAL) as client:
+        for name in ("busy", "quiet"):
+            await plane.webhooks.create(name, "http://127.0.0.1:9/", ["slo.burn"], actor="o")
+        for _ in range(BATCH + 5):
+            await plane.outbox.send_test("busy")
+        await plane.outbox.send_test("quiet")
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=0)
+        lanes, num_messages = await delivery.start_due()
+        assert sorted(lane.get_name() for lane in lanes) == ["webhook busy", "webhook quiet"]
+        assert num_messages == BATCH + 1
+        await asyncio.gather(*lanes)
