@@ -94,6 +94,7 @@ SERVE_ENV = {
         "max_prompt_chars",
         "redis_url",
         "webhook_max_age",
+        "webhook_timeout",
         "log_level",
         "log_format",
         "drain_delay",
@@ -104,6 +105,7 @@ SERVE_ENV = {
     ]
 } | {
     "model_dir": "VIGIL_MODEL_DIRS",
+    "webhook_allow": "VIGIL_WEBHOOK_ALLOW",
     "otlp_endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
     "trace_sample_ratio": "OTEL_TRACES_SAMPLER_ARG",
 }
@@ -260,6 +262,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds an undelivered webhook message is retried, with back-off, before it is "
         "given up (86400)  [VIGIL_WEBHOOK_MAX_AGE]",
+    )
+    serve.add_argument(
+        "--webhook-timeout",
+        type=float,
+        help="seconds one webhook delivery attempt may take in all: connecting, sending and "
+        "reading the answer (10)",
+    )
+    serve.add_argument(
+        "--webhook-allow",
+        action="append",
+        metavar="HOST_OR_CIDR",
+        help="let webhooks call this host name or address/CIDR, which the address policy "
+        "refuses by default (loopback, private, link-local, CGNAT, ...); repeatable (the "
+        "variable: comma-separated)",
     )
     serve.add_argument(
         "--redis-url",

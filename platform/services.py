@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.bundled import ModelKind
+from vigil.platform.alerts.connect import webhook_client
 from vigil.platform.alerts.delivery import WebhookDelivery
 from vigil.platform.control.changes import ChangeFeed
 from vigil.platform.control.db import create_engine, session_factory
@@ -23,6 +24,7 @@ from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.control.versions.records import VersionStatus
+from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
 from vigil.platform.gateway.generation import GenerationService
@@ -239,7 +241,15 @@ def build_services(
     loads = LoadBook(recorder)
     router = Router(random.Random(), round_robin=settings.routing == "round_robin")
     db = create_engine(settings.resolved_database_url)
-    plane = ControlPlane(session_factory(db), model_dirs=settings.resolved_model_dirs)
+    # Open mode is only ever on a loopback host: a local receiver is then allowed.
+    webhook_policy = WebhookAddressPolicy.of(
+        settings.webhook_allow, allow_loopback=settings.auth == "open"
+    )
+    plane = ControlPlane(
+        session_factory(db),
+        model_dirs=settings.resolved_model_dirs,
+        webhook_policy=webhook_policy,
+    )
     generation = GenerationService(
         view,
         tokenizers,
@@ -294,7 +304,11 @@ def build_services(
         actions=actions,
         slo_loop=slo_loop,
         delivery=WebhookDelivery(
-            plane.outbox, http, settings.webhook_max_age_s, wake=plane.outbox_written
+            plane.outbox,
+            webhook_client(webhook_policy),
+            settings.webhook_max_age_s,
+            wake=plane.outbox_written,
+            attempt_timeout_s=settings.webhook_timeout_s,
         ),
         changes=ChangeFeed(db),
         loops=loops,

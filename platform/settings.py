@@ -16,6 +16,7 @@ from pathlib import Path
 
 from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.engine.model.config import QUANTIZATIONS
+from vigil.platform.control.webhooks.addresses import parse_allow_entry
 
 
 class SettingsError(ValueError):
@@ -88,6 +89,11 @@ class ServeSettings:
     redis_url: str = ""
     # How long an undelivered webhook message is retried before it is given up.
     webhook_max_age_s: float = 86400.0
+    # The whole time of one delivery attempt (connect, send, read the answer).
+    webhook_timeout_s: float = 10.0
+    # Hosts and networks webhooks may call beyond the public internet
+    # (control/webhooks/addresses.py); --webhook-allow, repeatable.
+    webhook_allow: tuple[str, ...] = ()
     # Where the artifacts of versions registered over the admin API may come from;
     # none given: the data dir's models/.
     model_dirs: tuple[Path, ...] = ()
@@ -281,6 +287,12 @@ def serve_settings(
             "webhook max age",
             d.webhook_max_age_s,
         ),
+        webhook_timeout_s=_float(
+            _pick(flags.get("webhook_timeout"), env, "WEBHOOK_TIMEOUT"),
+            "webhook timeout",
+            d.webhook_timeout_s,
+        ),
+        webhook_allow=_webhook_allow(flags.get("webhook_allow"), _env(env, "WEBHOOK_ALLOW")),
         redis_url=_redis_url(_pick(flags.get("redis_url"), env, "REDIS_URL") or ""),
         log_format=_log_format(_pick(flags.get("log_format"), env, "LOG_FORMAT") or "text"),
         drain_delay_s=_float(
@@ -368,6 +380,20 @@ def _model_dirs(flags: object, env_value: str | None) -> tuple[Path, ...]:
     if isinstance(flags, list) and flags:
         return tuple(Path(str(d)) for d in flags)
     return tuple(Path(d) for d in (env_value or "").split(os.pathsep) if d)
+
+
+def _webhook_allow(flags: object, env_value: str | None) -> tuple[str, ...]:
+    """--webhook-allow, repeatable; or VIGIL_WEBHOOK_ALLOW, comma-separated."""
+    if isinstance(flags, list) and flags:
+        entries = [str(e) for e in flags]
+    else:
+        entries = [e for e in (env_value or "").split(",") if e.strip()]
+    for entry in entries:
+        try:
+            parse_allow_entry(entry)
+        except ValueError as exc:
+            raise SettingsError(f"--webhook-allow: {exc}") from None
+    return tuple(e.strip() for e in entries)
 
 
 def _redis_url(value: str) -> str:

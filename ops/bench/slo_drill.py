@@ -46,11 +46,13 @@ from prometheus_client import CollectorRegistry
 from serve import create_user, vigil_serve
 
 from vigil.engine.request import Priority, RequestClock
+from vigil.platform.alerts.connect import webhook_client
 from vigil.platform.alerts.delivery import WebhookDelivery
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import SLOTargets
+from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import Metrics
@@ -178,12 +180,13 @@ async def _delivery(database_url: str | None, messages: int, woken: bool) -> lis
     url = database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/vigil.db"
     await asyncio.to_thread(migrate, url)
     engine = create_engine(url)
-    plane = ControlPlane(session_factory(engine))
+    local = WebhookAddressPolicy(allow_loopback=True)  # the receiver is on 127.0.0.1
+    plane = ControlPlane(session_factory(engine), webhook_policy=local)
     receiver = Receiver()
     name = f"bench-{time.monotonic_ns()}"
     await plane.webhooks.create(name, receiver.url, ["slo.burn"], actor="bench")
     latencies: list[float] = []
-    async with httpx.AsyncClient() as client:
+    async with webhook_client(local) as client:
         wake = plane.outbox_written if woken else asyncio.Event()
         delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, wake=wake)
         loop = asyncio.create_task(delivery.run())

@@ -38,6 +38,7 @@ from vigil.platform.control.specs import DeploymentSpec, SLOTargets, VersionRef,
 from vigil.platform.control.versions.checks import check_params, verified_checksum
 from vigil.platform.control.versions.declared import ensure_version, unregistered
 from vigil.platform.control.versions.service import VersionService
+from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.control.webhooks.outbox import OutboxService
 from vigil.platform.control.webhooks.service import WebhookService
 from vigil.platform.errors import Conflict
@@ -52,14 +53,16 @@ class ControlPlane:
         *,
         password_hasher: PasswordHasher | None = None,
         model_dirs: Sequence[Path] = (),
+        webhook_policy: WebhookAddressPolicy | None = None,
     ) -> None:
         """`model_dirs`: where the artifacts of registered versions may come from (none:
-        only bundled models)."""
+        only bundled models). `webhook_policy`: where webhooks may point (none: public
+        addresses only)."""
         self._sessions = sessions
         self._listeners: list[OnChange] = []
         self.versions = VersionService(sessions, self._changed, model_dirs)  # models, versions
         self.deployments = DeploymentService(sessions, self._changed)  # and their SLOs
-        self.webhooks = WebhookService(sessions, self._changed)
+        self.webhooks = WebhookService(sessions, self._changed, webhook_policy)
         self.users = UserService(sessions, self._changed, hasher=password_hasher)
         self.keys = ApiKeyService(sessions, self._changed)
         self.sessions = SessionService(sessions)  # console sign-ins: not admin writes

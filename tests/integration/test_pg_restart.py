@@ -122,6 +122,7 @@ def test_postgres_restarted_and_down_costs_no_500_and_no_acknowledged_write(
         key = prepare(pg)
         (tmp_path / "vigil.toml").write_text(CONFIG)
         flags = ("--database-url", pg.url, "--auth", "keys", "--models", MODEL)
+        flags += ("--webhook-allow", "127.0.0.1")  # its webhooks point at 127.0.0.1:9
         flags += ("--config", str(tmp_path / "vigil.toml"))
         with launch_vigil(tmp_path, *flags) as server:
             with Traffic(server.base_url, key).running() as traffic:

@@ -16,6 +16,11 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from vigil.platform.cli import build_parser
+from vigil.platform.control.webhooks.addresses import (
+    WebhookAddressPolicy,
+    choose_address,
+    host_refusal,
+)
 from vigil.platform.settings import serve_settings, worker_settings
 from vigil.platform.telemetry.metrics import EngineStatsCollector
 
@@ -84,6 +89,11 @@ def test_the_gateway_and_worker_run_commands_vigil_takes() -> None:
     env["VIGIL_REDIS_URL"] = "redis://redis:6379"  # what the Secret's redis-url would hold
     settings = serve_settings(args, env)
     assert settings.auth == "keys" and settings.workers == 0 and settings.host == "0.0.0.0"
+    # The in-cluster Alertmanager is the one internal address webhooks may call.
+    policy = WebhookAddressPolicy.of(settings.webhook_allow)
+    assert host_refusal("alertmanager-operated.monitoring.svc", policy) is None
+    assert choose_address("alertmanager-operated.monitoring.svc", ["10.96.0.9"], policy)
+    assert host_refusal("10.96.0.9", policy) is not None
     grace = deployments["vigil-gateway"]["spec"]["template"]["spec"][
         "terminationGracePeriodSeconds"
     ]

@@ -15,15 +15,22 @@ from vigil.platform.errors import InvalidRequest
 from vigil.platform.services import Services
 from vigil.web.auth import OPERATOR, Actor
 from vigil.web.forms import form_of, text
-from vigil.web.render import render
+from vigil.web.render import render, viewer_of
 
 EVENTS = [e.value for e in WebhookEvent]
 FORMATS = [f.value for f in WebhookFormat]
 
 
-async def _hooks(services: Services, **extra: Any) -> dict[str, Any]:
+async def _hooks(
+    request: Request[Any, Any, Any], services: Services, **extra: Any
+) -> dict[str, Any]:
+    """The webhooks, their URLs whole only for those who may change them (a URL may
+    carry a receiver's credentials; open mode's anonymous readers see it redacted)."""
+    may_operate = viewer_of(request).may_operate
     return {
-        "webhooks": await services.plane.webhooks.list(),
+        "webhooks": [
+            w.shown(may_operate=may_operate) for w in await services.plane.webhooks.list()
+        ],
         "events": EVENTS,
         "formats": FORMATS,
         **extra,
@@ -37,7 +44,11 @@ class AlertsController(Controller):
     async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
         alerts = await services.plane.alerts.recent(None, 100)
         return render(
-            request, "alerts/index.html", area="alerts", firing=alerts, **await _hooks(services)
+            request,
+            "alerts/index.html",
+            area="alerts",
+            firing=alerts,
+            **await _hooks(request, services),
         )
 
     @post("/webhooks", opt=OPERATOR)
@@ -59,7 +70,7 @@ class AlertsController(Controller):
         return render(
             request,
             "alerts/_webhooks.html",
-            **await _hooks(services, created=record, secret=secret),
+            **await _hooks(request, services, created=record, secret=secret),
         )
 
     @post("/webhooks/{name:str}/enabled", opt=OPERATOR)
@@ -72,7 +83,7 @@ class AlertsController(Controller):
     ) -> Template:
         enabled = text(await form_of(request), "enabled") == "true"
         await services.plane.webhooks.update(name, enabled=enabled, actor=actor)
-        return render(request, "alerts/_webhooks.html", **await _hooks(services))
+        return render(request, "alerts/_webhooks.html", **await _hooks(request, services))
 
     @post("/webhooks/{name:str}/delete", opt=OPERATOR)
     async def delete(
@@ -88,7 +99,7 @@ class AlertsController(Controller):
             "alerts/_webhooks.html",
             flash_message=f"Deleted the webhook {name}.",
             flash_kind="ok",
-            **await _hooks(services),
+            **await _hooks(request, services),
         )
 
     @post("/webhooks/{name:str}/test", opt=OPERATOR)

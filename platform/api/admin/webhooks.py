@@ -1,6 +1,7 @@
 """`/api/admin/webhooks`: where alerts go: the controller, its bodies, and the mapping
 from the webhooks domain's records. The secret is in the answer to the POST that
-created the webhook, and never again (listings carry a hint)."""
+created the webhook, and never again (listings carry a hint). A URL may carry a
+receiver's credentials: viewers get it redacted (scheme, host and port)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from vigil.platform.api.admin.auth import OPERATOR
 from vigil.platform.api.admin.bodies import In, Name, given
 from vigil.platform.api.admin.deps import Actor, Plane
 from vigil.platform.api.admin.responses import error_responses, write_responses
+from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.webhooks.records import WebhookFormat, WebhookRecord
 
 
@@ -72,8 +74,9 @@ class WebhookController(Controller):
     path = "/webhooks"
 
     @get("/", summary="List webhooks", responses=error_responses())
-    async def list_webhooks(self, plane: Plane) -> list[WebhookOut]:
-        return [webhook_out(w) for w in await plane.webhooks.list()]
+    async def list_webhooks(self, plane: Plane, user: UserRecord) -> list[WebhookOut]:
+        may_operate = user.may(Role.OPERATOR)
+        return [webhook_out(w.shown(may_operate=may_operate)) for w in await plane.webhooks.list()]
 
     @post("/", summary="Create a webhook", opt=OPERATOR, responses=write_responses(400, 409))
     async def create_webhook(

@@ -18,7 +18,7 @@ test events (no fingerprint), go out independently.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -87,9 +87,13 @@ class AttemptRecord:
 
 
 class OutboxService(Service):
-    async def due(self, now: datetime, limit: int) -> list[DueMessage]:
+    async def due(
+        self, now: datetime, limit: int, *, busy: Collection[str] = ()
+    ) -> list[DueMessage]:
         """Undelivered messages whose next attempt is due and that no older message of
-        the same alert to the same webhook still waits before, oldest first."""
+        the same alert to the same webhook still waits before, oldest first; none of
+        the `busy` webhooks (the deliverer is sending to them: what it holds stays its
+        own, and they do not crowd the others out of `limit`)."""
         earlier = aliased(OutboxMessage)
         waits_behind = (
             select(earlier.id)
@@ -107,6 +111,7 @@ class OutboxService(Service):
             .where(OutboxMessage.gave_up_at.is_(None))
             .where(OutboxMessage.next_attempt_at <= now)
             .where(~waits_behind)
+            .where(Webhook.name.not_in(busy))
             .order_by(OutboxMessage.id)
             .limit(limit)
         )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
+from urllib.parse import urlsplit
 
 from vigil.platform.control.db import aware
 from vigil.platform.control.webhooks.tables import Webhook
@@ -25,14 +25,21 @@ class WebhookFormat(StrEnum):
     ALERTMANAGER_API = "alertmanager_api"  # POSTed to an Alertmanager's /api/v2/alerts
 
 
-def forbidden_address(host: str) -> bool:
-    """Link-local addresses (169.254.0.0/16, fe80::/10: where cloud metadata services
-    answer) and the AWS IPv6 metadata address: never a webhook's host."""
+def redacted_url(url: str) -> str:
+    """A webhook URL as it is shown to those who may not change it (viewers, readers in
+    open mode, the audit log): its scheme, host and port; the user, password, path and
+    query (where a receiver's credentials or secret path are) become "…"."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
     try:
-        ip = ipaddress.ip_address(host.strip("[]"))
+        port = f":{parts.port}" if parts.port is not None else ""
     except ValueError:
-        return False
-    return ip.is_link_local or ip == ipaddress.ip_address("fd00:ec2::254")
+        port = ""
+    user = "…@" if "@" in parts.netloc else ""
+    rest = "/…" if (parts.path not in ("", "/") or parts.query or parts.fragment) else "/"
+    return f"{parts.scheme}://{user}{host}{port}{rest}"
 
 
 def secret_hint(secret: str) -> str:
@@ -60,6 +67,11 @@ class WebhookRecord:
             secret_hint=secret_hint(row.secret),
             created_at=aware(row.created_at),
         )
+
+    def shown(self, *, may_operate: bool) -> WebhookRecord:
+        """As a reader sees it: the whole URL for those who may change webhooks
+        (operators, admins), the redacted one for everyone else."""
+        return self if may_operate else replace(self, url=redacted_url(self.url))
 
 
 @dataclass(frozen=True, slots=True)

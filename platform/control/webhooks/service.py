@@ -1,5 +1,6 @@
-"""The rules for webhooks: a URL with a host, known events, a long enough secret; every
-write audited, and the listeners told after it commits."""
+"""The rules for webhooks: a URL with a host the address policy allows
+(addresses.py), known events, a long enough secret; every write audited (the URL
+redacted: it may carry credentials), and the listeners told after it commits."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from vigil.platform.control.audit.repository import AuditRepository
-from vigil.platform.control.db import Service
+from vigil.platform.control.db import OnChange, Service, nothing_changed
 from vigil.platform.control.names import check_name, must_exist, name_taken
+from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy, host_refusal
 from vigil.platform.control.webhooks.records import (
     WebhookEvent,
     WebhookFormat,
     WebhookRecord,
     WebhookTarget,
-    forbidden_address,
+    redacted_url,
     secret_hint,
 )
 from vigil.platform.control.webhooks.repository import WebhookRepository
@@ -31,6 +33,16 @@ MIN_SECRET_CHARS = 16
 
 
 class WebhookService(Service):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        on_change: OnChange = nothing_changed,
+        policy: WebhookAddressPolicy | None = None,
+    ) -> None:
+        """`policy`: where a webhook may point (None: the default, public addresses)."""
+        super().__init__(sessions, on_change)
+        self.policy = policy or WebhookAddressPolicy()
+
     async def create(
         self,
         name: str,
@@ -48,7 +60,7 @@ class WebhookService(Service):
         secret = _check_secret(secret) if secret is not None else _new_secret()
         row = Webhook(
             name=name,
-            url=_check_url(url),
+            url=_check_url(url, self.policy),
             secret=secret,
             events=_check_events(events),
             enabled=enabled,
@@ -87,9 +99,9 @@ class WebhookService(Service):
         """Change the fields given (None: keep). A new secret means a new webhook."""
         async with self._sessions.begin() as session:
             row = await _webhook(session, name)
-            before = _snapshot(row)
+            before, url_before = _snapshot(row), row.url
             if url is not None:
-                row.url = _check_url(url)
+                row.url = _check_url(url, self.policy)
             if events is not None:
                 row.events = _check_events(events)
             if enabled is not None:
@@ -97,12 +109,14 @@ class WebhookService(Service):
             if format is not None:
                 row.format = WebhookFormat(format).value
             after = _snapshot(row)
-            if after != before:
+            # The snapshots carry the URL redacted: a change of its path alone is one too.
+            changed = after != before or row.url != url_before
+            if changed:
                 AuditRepository(session).log(
                     actor, "webhook.update", "webhook", name, before, after
                 )
             record = WebhookRecord.of(row)
-        if after != before:
+        if changed:
             await self._on_change()
         return record
 
@@ -147,18 +161,23 @@ def _check_secret(secret: str) -> str:
     return secret
 
 
-def _check_url(url: str) -> str:
+def _check_url(url: str, policy: WebhookAddressPolicy) -> str:
     parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (raises on a port that is no number)
+    except ValueError:
+        parts = parts._replace(netloc="")
     if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
         raise InvalidRequest(
             f"{url[:80]!r} is not a webhook URL: give an http:// or https:// URL with a host",
             param="url",
             code="invalid_value",
         )
-    if forbidden_address(parts.hostname):
+    refusal = host_refusal(parts.hostname, policy)
+    if refusal is not None:
         raise InvalidRequest(
-            f"{parts.hostname} is a link-local or cloud metadata address; a webhook may not "
-            "call it",
+            f"a webhook may not call {parts.hostname}: {refusal}. An operator opens a "
+            "host or network with --webhook-allow HOST_OR_CIDR",
             param="url",
             code="forbidden_address",
         )
@@ -181,7 +200,7 @@ def _check_events(events: Sequence[str]) -> list[str]:
 def _snapshot(row: Webhook) -> dict[str, Any]:
     return {
         "name": row.name,
-        "url": row.url,
+        "url": redacted_url(row.url),
         "events": list(row.events),
         "enabled": row.enabled,
         "format": row.format,

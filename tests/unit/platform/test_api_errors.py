@@ -100,7 +100,7 @@ async def test_an_unreachable_database_answers_503_with_retry_after_not_500() ->
                 method,
                 f"/api/admin/{path}/",
                 auth=("ops", "password"),
-                json={"name": "x", "url": "http://127.0.0.1:9/", "events": ["slo.burn"]},
+                json={"name": "x", "url": "https://hooks.example/", "events": ["slo.burn"]},
             )
             assert r.status_code == 503, r.text
             assert r.headers["retry-after"] == "5"

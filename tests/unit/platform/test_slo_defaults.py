@@ -50,7 +50,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
     engine = create_engine(url)
     plane = ControlPlane(session_factory(engine))
     await plane.seed_bundled([SMOLLM2])  # deployed with the default SLO
-    await plane.webhooks.create("oncall", "http://127.0.0.1:9/", EVENTS, actor="ops")
+    await plane.webhooks.create("oncall", "https://hooks.example/", EVENTS, actor="ops")
     yield plane
     await engine.dispose()
 

@@ -348,7 +348,7 @@ async def test_shed_and_fallback_are_each_one_alert_from_on_to_off(plane: Contro
     """On-call (or an Alertmanager) sees batch shedding and the fallback as alerts that
     fire while they are on and resolve when they are off: the same labels and fingerprint
     both times, the resolve starting when the firing did and ending when it ended."""
-    await plane.webhooks.create("oncall", "http://127.0.0.1:9/", ["shed", "fallback"], actor="o")
+    await plane.webhooks.create("oncall", "https://hooks.example/", ["shed", "fallback"], actor="o")
     clock = Clock()
     tracker, board = SLOTracker(clock), ActionBoard()
     spec = DeploymentSpec(
@@ -400,7 +400,7 @@ async def test_actions_left_on_by_a_stopped_gateway_are_resolved_when_the_loop_s
 ) -> None:
     """Actions live in the memory of the gateway that runs the loop: one that starts
     afresh has none on, so an alert still firing for one would never resolve."""
-    await plane.webhooks.create("oncall", "http://127.0.0.1:9/", ["shed"], actor="o")
+    await plane.webhooks.create("oncall", "https://hooks.example/", ["shed"], actor="o")
     clock = Clock()
     tracker, board = SLOTracker(clock), ActionBoard()
     spec = DeploymentSpec(SMOLLM2, STABLE, slo=SLO)

@@ -6,6 +6,7 @@ deliverer starts afresh."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -15,12 +16,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fakes import serving
 from litestar import Litestar, Request, Response, post
 
-from vigil.platform.alerts.delivery import POLL_INTERVAL_S, WebhookDelivery, backoff_s, render
+from vigil.platform.alerts.connect import webhook_client
+from vigil.platform.alerts.delivery import (
+    BATCH,
+    POLL_INTERVAL_S,
+    WebhookDelivery,
+    backoff_s,
+    render,
+)
 from vigil.platform.alerts.signing import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
@@ -30,10 +37,12 @@ from vigil.platform.alerts.signing import (
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.control.webhooks.records import WebhookEvent, WebhookFormat
 from vigil.platform.errors import InvalidRequest
 
 SECRET = "whsec_0123456789abcdef0123"
+LOCAL = WebhookAddressPolicy(allow_loopback=True)  # the receivers here are on 127.0.0.1
 
 
 @dataclass
@@ -74,7 +83,7 @@ async def plane(database_url: str) -> AsyncIterator[ControlPlane]:
     url = database_url
     await asyncio.to_thread(migrate, url)
     engine = create_engine(url)
-    yield ControlPlane(session_factory(engine))
+    yield ControlPlane(session_factory(engine), webhook_policy=LOCAL)
     await engine.dispose()
 
 
@@ -99,7 +108,7 @@ async def test_a_firing_alert_reaches_the_receiver_as_alertmanager_would_send_it
     plane: ControlPlane,
 ) -> None:
     receiver = Receiver()
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], secret=SECRET, actor="ops"
         )
@@ -132,7 +141,7 @@ async def test_a_firing_alert_reaches_the_receiver_as_alertmanager_would_send_it
 
 async def test_a_receiver_down_gets_every_message_once_it_is_back(plane: ControlPlane) -> None:
     receiver = Receiver(down=True)
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
         for sli in ("ttft", "availability", "tokens_per_s"):
             await plane.alerts.fire("chat", sli, "page", f"{sli} burns", {})
@@ -160,7 +169,7 @@ async def test_a_receiver_down_gets_every_message_once_it_is_back(plane: Control
 
 
 async def test_a_message_too_old_is_given_up_and_logged(plane: ControlPlane) -> None:
-    async with httpx.AsyncClient() as client:
+    async with webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "nowhere", "http://127.0.0.1:9/hook", ["slo.burn"], secret=SECRET, actor="ops"
         )
@@ -236,7 +245,7 @@ def test_the_readmes_verification_snippet_accepts_a_delivery_and_refuses_a_forge
 
 async def test_a_message_goes_out_when_written_not_at_the_next_poll(plane: ControlPlane) -> None:
     receiver = Receiver()
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
         delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, wake=plane.outbox_written)
         loop = asyncio.create_task(delivery.run())
@@ -260,7 +269,7 @@ async def test_an_alerts_resolve_waits_behind_its_firing_across_retries_and_rest
     the firing is delivered, even to a deliverer started afresh over the same database;
     another alert's messages, and test events, do not wait on it."""
     receiver = Receiver(down=True)
-    async with serving(receiver.app()) as url, httpx.AsyncClient() as client:
+    async with serving(receiver.app()) as url, webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], secret=SECRET, actor="o"
         )
@@ -283,7 +292,7 @@ async def test_an_alerts_resolve_waits_behind_its_firing_across_retries_and_rest
         # A restart: a new engine and services over the same database.
         engine = create_engine(database_url)
         try:
-            restarted = ControlPlane(session_factory(engine))
+            restarted = ControlPlane(session_factory(engine), webhook_policy=LOCAL)
             assert len(await restarted.outbox.due(later, 10)) == 3  # still not the resolve
             receiver.down = False
             await _all_due_now(restarted)
@@ -303,7 +312,7 @@ async def test_an_alerts_resolve_waits_behind_its_firing_across_retries_and_rest
 
 async def test_a_resolve_goes_out_once_its_firing_is_given_up(plane: ControlPlane) -> None:
     """A firing too old to send any more no longer holds its resolve back."""
-    async with httpx.AsyncClient() as client:
+    async with webhook_client(LOCAL) as client:
         await plane.webhooks.create(
             "nowhere", "http://127.0.0.1:9/hook", ["slo.burn", "slo.recovered"], actor="ops"
         )
@@ -316,3 +325,139 @@ async def test_a_resolve_goes_out_once_its_firing_is_given_up(plane: ControlPlan
         assert await delivery.send_due() == 1  # fails, too old to retry: given up
         [resolve] = await plane.outbox.due(datetime.now(UTC), 10)
         assert resolve.payload["status"] == "resolved"
+
+
+@contextlib.asynccontextmanager
+async def hanging() -> AsyncIterator[tuple[str, list[str]]]:
+    """A receiver on 127.0.0.1 that reads each request and never answers; its URL, and
+    the paths of the requests it holds."""
+    held: list[str] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        held.append(head.split(b" ")[1].decode())
+        with contextlib.suppress(Exception):
+            await reader.read()  # until the deliverer gives up and hangs up
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", held
+    finally:
+        server.close()
+
+
+async def _until(check: Any, timeout_s: float) -> float:
+    t0 = time.monotonic()
+    while not check():
+        assert time.monotonic() - t0 < timeout_s, "not in time"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+async def test_a_hanging_receiver_delays_only_its_own_messages(plane: ControlPlane) -> None:
+    receiver = Receiver()
+    async with (
+        hanging() as (hang_url, held),
+        serving(receiver.app()) as url,
+        webhook_client(LOCAL) as client,
+    ):
+        await plane.webhooks.create("hang", f"{hang_url}/hook", ["slo.burn"], actor="o")
+        await plane.webhooks.create("oncall", f"{url}/hook", ["slo.burn"], secret=SECRET, actor="o")
+        delivery = WebhookDelivery(
+            plane.outbox, client, max_age_s=60, wake=plane.outbox_written, attempt_timeout_s=1.5
+        )
+        loop = asyncio.create_task(delivery.run())
+        try:
+            await plane.outbox.send_test("hang")
+            await _until(lambda: held, 5)
+            await plane.outbox.send_test("oncall")
+            assert await _until(lambda: receiver.received, 5) < 0.5  # not behind the hang
+            took_s = await _until(lambda: len(held) == 2, 10)  # cut off at 1.5 s, retried
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    [attempt, *_] = await plane.outbox.log("hang")
+    assert attempt.error == "no answer within 1.5 s" and 1400 < attempt.latency_ms < 2500
+    assert took_s < 4.0
+
+
+async def test_at_most_max_receivers_are_sent_to_at_once(plane: ControlPlane) -> None:
+    async with hanging() as (hang_url, held), webhook_client(LOCAL) as client:
+        for name in ("a", "b", "c"):
+            await plane.webhooks.create(name, f"{hang_url}/{name}", ["slo.burn"], actor="o")
+            await plane.outbox.send_test(name)
+        delivery = WebhookDelivery(  # max_age_s=0: each failed message is given up
+            plane.outbox, client, max_age_s=0, attempt_timeout_s=1.0, max_receivers=2
+        )
+        lanes, num_messages = await delivery.start_due()
+        assert (len(lanes), num_messages) == (2, 2)
+        assert await delivery.start_due() == ([], 0)  # full: the third waits
+        await _until(lambda: len(held) == 2, 5)
+        await asyncio.gather(*lanes)  # both cut off at 1 s
+        lanes, num_messages = await delivery.start_due()  # c's turn
+        assert num_messages == 1 and [lane.get_name() for lane in lanes] == ["webhook c"]
+        await asyncio.gather(*lanes)
+    assert sorted(held) == ["/a", "/b", "/c"]
+
+
+async def test_one_alerts_messages_keep_their_order_under_the_running_loop(
+    plane: ControlPlane,
+) -> None:
+    """The firing is slow to be answered; the resolve, written meanwhile, still comes
+    after it."""
+    arrivals: list[str] = []
+
+    @post("/hook", status_code=200)
+    async def hook(request: Request[Any, Any, Any]) -> str:
+        status = json.loads(await request.body())["status"]
+        if status == "firing":
+            await asyncio.sleep(0.3)
+        arrivals.append(status)
+        return "ok"
+
+    async with serving(Litestar([hook])) as url, webhook_client(LOCAL) as client:
+        await plane.webhooks.create(
+            "oncall", f"{url}/hook", ["slo.burn", "slo.recovered"], actor="o"
+        )
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, wake=plane.outbox_written)
+        loop = asyncio.create_task(delivery.run())
+        try:
+            fired = await plane.alerts.fire("chat", "ttft", "page", "chat burns", {})
+            assert fired is not None
+            await asyncio.sleep(0.05)
+            await plane.alerts.resolve(fired.fingerprint, {})
+            await _until(lambda: len(arrivals) == 2, 10)
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    assert arrivals == ["firing", "resolved"]
+
+
+async def test_the_audit_log_keeps_a_webhooks_url_redacted_and_each_change_of_it(
+    plane: ControlPlane,
+) -> None:
+    await plane.webhooks.create(
+        "oncall", "https://u:pw@pager.example/k/one?t=1", ["slo.burn"], actor="ops"
+    )
+    await plane.webhooks.update("oncall", url="https://u:pw@pager.example/k/two", actor="ops")
+    entries = await plane.audit.list(entity_type="webhook")
+    assert [e.action for e in entries] == ["webhook.update", "webhook.create"]
+    assert all("pw" not in json.dumps([e.before, e.after]) for e in entries)
+    assert entries[0].after is not None and entries[0].after["url"] == "https://…@pager.example/…"
+
+
+async def test_one_webhooks_full_batch_does_not_keep_another_waiting(plane: ControlPlane) -> None:
+    """More messages due for one webhook than a pass hands out: the other webhook's
+    lane starts in the same pass all the same."""
+    async with webhook_client(LOCAL) as client:
+        for name in ("busy", "quiet"):
+            await plane.webhooks.create(name, "http://127.0.0.1:9/", ["slo.burn"], actor="o")
+        for _ in range(BATCH + 5):
+            await plane.outbox.send_test("busy")
+        await plane.outbox.send_test("quiet")
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=0)
+        lanes, num_messages = await delivery.start_due()
+        assert sorted(lane.get_name() for lane in lanes) == ["webhook busy", "webhook quiet"]
+        assert num_messages == BATCH + 1
+        await asyncio.gather(*lanes)
