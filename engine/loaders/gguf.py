@@ -17,7 +17,7 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from vigil.engine.loaders.progress import progress
-from vigil.engine.model.config import LlamaConfig
+from vigil.engine.model.config import DecoderConfig
 from vigil.engine.tokenizer import Tokenizer
 
 _CONTROL = 3  # gguf TokenType.CONTROL
@@ -52,13 +52,13 @@ class GGUFFile:
         f = self.reader.fields.get(key)
         return default if f is None else f.contents()
 
-    def config(self) -> LlamaConfig:
+    def config(self) -> DecoderConfig:
         a = self.arch
         num_heads = int(self.field(f"{a}.attention.head_count"))
         hidden = int(self.field(f"{a}.embedding_length"))
         names = {t.name for t in self.reader.tensors}
         vocab = self.field(f"{a}.vocab_size") or len(self.field("tokenizer.ggml.tokens"))
-        return LlamaConfig(
+        return DecoderConfig(
             vocab_size=int(vocab),
             hidden_size=hidden,
             intermediate_size=int(self.field(f"{a}.feed_forward_length")),
@@ -72,7 +72,7 @@ class GGUFFile:
             tie_word_embeddings="output.weight" not in names,
         )
 
-    def state_dict(self, cfg: LlamaConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    def state_dict(self, cfg: DecoderConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """Dequantized weights under Hugging Face names, in `nn.Linear` (out, in) layout."""
         import torch  # here only: the gateway reads these files' tokenizers, not weights
 
