@@ -12,6 +12,8 @@ tokens. The prompts are longer than the sliding windows, so the windows decide.
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,15 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers
+from tiny_checkpoints import save_word_tokenizer
 
 from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
+from vigil.engine.kernels import packed_matmul_ext
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
+from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
+from vigil.engine.model.packed import Kernel
+from vigil.engine.model.quantized import dequantize_int4, quantize_int4, quantize_model
 from vigil.engine.request import GenerationRequest, RequestId, SamplingParams, TokenEvent
 from vigil.engine.runner import kv_bytes_per_token
 from vigil.engine.scheduler import StepPlan
@@ -149,10 +154,7 @@ def save_tiny(folder: Path, model_type: str, extra: dict[str, Any]) -> transform
                 if "norm" in name or name.endswith(".bias"):
                     param.add_(0.2 * torch.randn_like(param))
     model.save_pretrained(folder)
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i for i in range(3, VOCAB)}
-    tokenizer = HFTokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(str(folder / "tokenizer.json"))
+    save_word_tokenizer(folder, VOCAB)
     return model
 
 
@@ -250,3 +252,48 @@ def test_reads_the_family_from_config(tiny: Tiny) -> None:
     if ref.model_type in ("mistral", "phi3"):  # every layer slides where a window is set
         expected = [ref.sliding_window] * 3
     assert windows == expected
+
+
+@torch.inference_mode()
+def test_int4_layers_compute_the_float_layers_of_their_own_weights(tiny: Tiny) -> None:
+    """--quantization int4 on every family (biases, q/k norms, windows and soft-caps
+    included): the same hidden states as the float model holding the int4-rounded
+    weights, through the AVX2 kernel, which is exact on float activations."""
+    if packed_matmul_ext() is None:
+        pytest.skip("the packed-matmul extension did not build here")
+    quantized = copy.deepcopy(tiny.ours.model)
+    quantize_model(quantized, fused=False, kernel=Kernel.AVX2)
+    rounded = copy.deepcopy(tiny.ours.model)
+    for module in rounded.model.layers.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.copy_(dequantize_int4(*quantize_int4(module.weight)))
+    if rounded.config.tie_word_embeddings:  # the lookups read the int8 head's rows
+        rounded.model.embed_tokens = quantized.model.embed_tokens
+    ids = _prompts()[2]
+    n, cfg = len(ids), rounded.config
+    kv = torch.zeros(cfg.num_layers, 2, n, cfg.num_kv_heads, cfg.head_dim)
+    meta = AttentionMetadata(torch.arange(n), 0, None, None, None, [PrefillSpan(0, n, 0, None)])
+    expected = rounded(torch.tensor(ids), torch.arange(n), kv.clone(), meta)
+    got = quantized(torch.tensor(ids), torch.arange(n), kv.clone(), meta)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra", "message"),
+    [
+        ("gpt2", {}, r"model_type 'gpt2' is not supported for generation \(supported: llama, "),
+        (
+            "phi3",  # Phi-3.5-mini's scaling, as its config.json writes it
+            {"rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}},
+            r"RoPE scaling 'longrope' is not supported \(default, linear, dynamic, yarn, llama3\)",
+        ),
+    ],
+    ids=["gpt2", "longrope"],
+)
+def test_an_unsupported_checkpoint_is_refused_naming_the_folder_and_why(
+    tmp_path: Path, model_type: str, extra: dict[str, Any], message: str
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type} | SHAPE | extra))
+    source = ModelSource("x", ModelKind.GENERATE, ModelFormat.HF, tmp_path)
+    with pytest.raises(ValueError, match=f"^{tmp_path}: {message}"):
+        load_language_model(source, torch.device("cpu"), torch.float32)
