@@ -34,6 +34,9 @@ class RopeConfig:
     beta_fast: float = 32.0  # yarn
     beta_slow: float = 1.0  # yarn
     truncate: bool = True  # yarn
+    # Per frequency, what it is divided by: how a GGUF file carries llama3 scaling
+    # (its `rope_freqs` tensor); None: none.
+    frequency_divisors: tuple[float, ...] | None = None
 
     @classmethod
     def from_hf(cls, params: dict[str, Any], max_position: int) -> RopeConfig:

@@ -26,6 +26,8 @@ def inverse_frequencies(head_dim: int, rope: RopeConfig) -> tuple[torch.Tensor, 
     """(D/2,) inverse frequencies, and the factor cos and sin are scaled by."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
     inv_freq = 1.0 / (rope.theta**exponents)
+    if rope.frequency_divisors is not None:
+        inv_freq = inv_freq / torch.tensor(rope.frequency_divisors, dtype=torch.float32)
     if rope.type == "linear":
         return inv_freq / rope.factor, 1.0
     if rope.type == "llama3":
