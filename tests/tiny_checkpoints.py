@@ -166,14 +166,21 @@ def prompts() -> list[list[int]]:
     return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
 
 
+@dataclass
+class EngineRun:
+    tokens: dict[RequestId, list[int]]  # each request's greedy tokens
+    rows: dict[RequestId, list[torch.Tensor]]  # the logit rows they were sampled from
+    num_preemptions: int
+
+
 def run_engine(
-    lm: LanguageModel, prompts: list[list[int]], native_attention: bool
-) -> tuple[dict[RequestId, list[int]], dict[RequestId, list[torch.Tensor]]]:
-    """Greedy through the real engine, all prompts at once; each request's tokens and
-    the logit rows they were sampled from."""
+    lm: LanguageModel, prompts: list[list[int]], native_attention: bool, num_blocks: int = 32
+) -> EngineRun:
+    """Greedy through the real engine, all prompts at once, in a KV cache of num_blocks
+    4-token blocks."""
     config = EngineConfig(
         block_size=4,
-        kv_cache_memory_bytes=kv_bytes_per_token(lm) * 4 * 32,
+        kv_cache_memory_bytes=kv_bytes_per_token(lm) * 4 * num_blocks,
         max_num_seqs=4,
         max_num_batched_tokens=8,  # chunked prefills, beside the decodes
         native_attention=native_attention,
@@ -215,15 +222,18 @@ def run_engine(
                     tokens[request_id].extend(event.token_ids)
     finally:
         del lm.model.compute_logits
-    return tokens, rows
+    return EngineRun(tokens, rows, engine.scheduler.num_preemptions)
 
 
-def assert_engine_matches_reference(tiny: Tiny, native_attention: bool) -> float:
+def assert_engine_matches_reference(
+    tiny: Tiny, native_attention: bool, num_blocks: int = 32
+) -> EngineRun:
     """The engine's greedy tokens equal transformers' own, and every logit row they
-    were sampled from is within ATOL of transformers' at that position; returns the
+    were sampled from is within ATOL of transformers' at that position; prints the
     largest difference."""
     asked = prompts()
-    tokens, rows = run_engine(tiny.ours, asked, native_attention)
+    run = run_engine(tiny.ours, asked, native_attention, num_blocks)
+    tokens, rows = run.tokens, run.rows
     worst = 0.0
     for i, prompt in enumerate(asked):
         ours = tokens[RequestId(f"r{i}")]
@@ -233,4 +243,5 @@ def assert_engine_matches_reference(tiny: Tiny, native_attention: bool) -> float
             expected = reference[len(prompt) + j - 1]
             worst = max(worst, float((row - expected).abs().max()))
             torch.testing.assert_close(row, expected, atol=ATOL, rtol=0)
-    return worst
+    print(f"max |logit diff| {worst:.2e}")
+    return run

@@ -106,6 +106,15 @@ class DecoderConfig:
         return self.layer_windows[layer] if self.layer_windows else None
 
     @property
+    def every_layer_window(self) -> int | None:
+        """The window, where every layer has the same one: then blocks that slid out
+        of it can be given back (scheduler.py); None where any layer sees all."""
+        windows = set(self.layer_windows)
+        if len(windows) == 1 and None not in windows:
+            return next(iter(windows))
+        return None
+
+    @property
     def rope(self) -> RopeConfig:
         return self.rope_scaling or RopeConfig(self.rope_theta)
 

@@ -31,19 +31,33 @@ from vigil.engine.model.packed import Kernel
 from vigil.engine.model.quantized import dequantize_int4, quantize_int4, quantize_model
 
 
+def _load(case: str, folder: Path) -> Tiny:
+    model_type, extra = CASES[case]
+    reference = save_tiny(folder, model_type, extra)
+    source = ModelSource(case, ModelKind.GENERATE, ModelFormat.HF, folder)
+    return Tiny(load_language_model(source, torch.device("cpu"), torch.float32), reference)
+
+
 @pytest.fixture(scope="module", params=list(CASES))
 def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Tiny:
-    model_type, extra = CASES[request.param]
-    folder = tmp_path_factory.mktemp(request.param)
-    reference = save_tiny(folder, model_type, extra)
-    source = ModelSource(request.param, ModelKind.GENERATE, ModelFormat.HF, folder)
-    return Tiny(load_language_model(source, torch.device("cpu"), torch.float32), reference)
+    return _load(request.param, tmp_path_factory.mktemp(request.param))
 
 
 @pytest.mark.parametrize("native_attention", [True, False], ids=["native", "sdpa"])
 def test_engine_greedy_and_logits_match_transformers(tiny: Tiny, native_attention: bool) -> None:
-    worst = assert_engine_matches_reference(tiny, native_attention)
-    print(f"max |logit diff| {worst:.2e}")
+    assert_engine_matches_reference(tiny, native_attention)
+
+
+@pytest.mark.parametrize("case", ["mistral-window", "phi3"])  # every layer slides
+def test_blocks_out_of_every_window_are_given_back_and_reused_without_changing_output(
+    case: str, tmp_path: Path
+) -> None:
+    # 3 prompts + 8 tokens each need 7 + 6 + 4 blocks of 4 at the end; 10 hold them only
+    # where the blocks that slid out of the window (6) go back to the pool and are reused.
+    tiny = _load(case, tmp_path)
+    assert tiny.ours.config.every_layer_window == 6
+    run = assert_engine_matches_reference(tiny, native_attention=True, num_blocks=10)
+    assert run.num_preemptions == 0
 
 
 def test_reads_the_family_from_config(tiny: Tiny) -> None:
