@@ -84,6 +84,7 @@ class LLMEngine:
                 enable_prefix_caching=config.enable_prefix_caching,
                 cache_salt=lm.name,
                 batch_aging_s=config.batch_aging_s,
+                sliding_window=lm.config.every_layer_window,
             ),
             self.pool,
         )

@@ -17,6 +17,13 @@ computing at least its last token, whose logits it needs). Where a cached block
 matches only the first tokens of its next block, the step copies those tokens' K/V
 into the sequence's own new block (BlockCopy) and computes only the rest.
 
+Sliding window: when every layer of the model lets a query see only the last
+`sliding_window` keys (Mistral v0.1, Phi-3), a block whose positions no later query
+can see is given back as the sequence moves past it: the sequence's memory stays
+about one window, however long it runs. Its entry in `block_ids` stays (stale: the
+runner indexes blocks by position, and the window's metadata never reads it), and
+`num_dropped_blocks` says how many leading entries are no longer the sequence's.
+
 When a running sequence needs a block and none is free, the lowest-priority,
 most recently arrived running sequence is preempted: its blocks are freed (they
 stay in the prefix cache until evicted) and it goes back to the head of its
@@ -41,6 +48,8 @@ class SchedulerConfig:
     enable_prefix_caching: bool = False
     cache_salt: str = ""  # model version: blocks of different weights never match
     batch_aging_s: float = float("inf")
+    # Keys every layer's queries see (themselves included); None: all before them.
+    sliding_window: int | None = None
 
 
 @dataclass(slots=True)
@@ -145,6 +154,8 @@ class Scheduler:
                 seq.output_ids.append(token)
             if self.config.enable_prefix_caching:
                 self._register_filled_blocks(seq, item.num_new_tokens)
+            if self.config.sliding_window is not None:
+                self._drop_slid_out_blocks(seq, self.config.sliding_window)
 
     def release_copies(self, plan: StepPlan) -> None:
         """The engine has copied plan.copies (or given the step up): drop the
@@ -264,9 +275,19 @@ class Scheduler:
     def _release(self, seq: Sequence) -> None:
         # Tail first: a sequence's last blocks are the least likely to be shared,
         # so they are the first the LRU queue evicts.
-        self.pool.free(seq.block_ids[::-1])
+        self.pool.free(seq.block_ids[seq.num_dropped_blocks :][::-1])
         seq.block_ids = []
+        seq.num_dropped_blocks = 0
         seq.num_computed_tokens = 0
+
+    def _drop_slid_out_blocks(self, seq: Sequence, window: int) -> None:
+        """Give back the blocks wholly before the oldest key seq's next query sees
+        (position num_computed_tokens - window + 1): no later query reads them."""
+        first_seen = seq.num_computed_tokens - window + 1
+        keep_from = max(0, first_seen // self.config.block_size)
+        if keep_from > seq.num_dropped_blocks:
+            self.pool.free(seq.block_ids[seq.num_dropped_blocks : keep_from])
+            seq.num_dropped_blocks = keep_from
 
     # ---- prefix cache names ---------------------------------------------------
 

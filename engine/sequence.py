@@ -21,6 +21,8 @@ class Sequence:
     arrival_index: int  # FCFS order within a priority class
     output_ids: list[int] = field(default_factory=list)
     block_ids: list[BlockId] = field(default_factory=list)
+    # Leading block_ids given back because they slid out of the window (scheduler.py).
+    num_dropped_blocks: int = 0
     # Tokens whose K/V are in the cache. The last sampled token is never
     # computed yet: it is the next step's input.
     num_computed_tokens: int = 0

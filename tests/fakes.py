@@ -30,8 +30,8 @@ import uvicorn
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
-from vigil.engine.loaders.llm import LanguageModel, build_llama
-from vigil.engine.model.config import LlamaConfig
+from vigil.engine.loaders.llm import LanguageModel, build_decoder
+from vigil.engine.model.config import DecoderConfig
 from vigil.engine.request import (
     EngineEvent,
     FinishEvent,
@@ -67,7 +67,7 @@ HEARTBEAT_INTERVAL_S = 0.5
 
 
 def tiny_language_model(tokenizer: Tokenizer, seed: int = 0) -> LanguageModel:
-    cfg = LlamaConfig(
+    cfg = DecoderConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -101,7 +101,7 @@ def tiny_language_model(tokenizer: Tokenizer, seed: int = 0) -> LanguageModel:
             f"{p}mlp.up_proj.weight": w(ffn, h),
             f"{p}mlp.down_proj.weight": w(h, ffn),
         }
-    model = build_llama(cfg, weights, torch.device("cpu"))
+    model = build_decoder(cfg, weights, torch.device("cpu"))
     return LanguageModel("tiny", cfg, model, tokenizer, torch.device("cpu"), torch.float32)
 
 

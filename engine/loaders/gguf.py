@@ -1,9 +1,10 @@
-"""Load a Llama-family GGUF file: dequantize the weights, build the tokenizer.
+"""Load a decoder's GGUF file: dequantize the weights, build the tokenizer.
 
-llama.cpp's converter permutes the rows of attn_q and attn_k within each head
-for interleaved (GPT-J style) RoPE. We undo it here so that the model can use
-the rotate-half RoPE of the Hugging Face layout; getting this wrong still runs
-but produces garbage.
+The weights come back under Hugging Face's names and layout, whatever the
+architecture (gguf_architectures.py says what each changed). For `llama` files
+llama.cpp's converter permutes the rows of attn_q and attn_k within each head for
+interleaved (GPT-J style) RoPE; we undo it so that the model can use the rotate-half
+RoPE of the Hugging Face layout; getting this wrong still runs but produces garbage.
 """
 
 from __future__ import annotations
@@ -16,24 +17,20 @@ import numpy as np
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
+from vigil.engine.loaders.gguf_architectures import (
+    MODEL_TYPES,
+    NORMS_PLUS_ONE,
+    PERMUTED_QK,
+    config_from_gguf,
+    hf_name,
+)
 from vigil.engine.loaders.progress import progress
-from vigil.engine.model.config import LlamaConfig
+from vigil.engine.model.config import DecoderConfig
 from vigil.engine.tokenizer import Tokenizer
 
 _CONTROL = 3  # gguf TokenType.CONTROL
 _USER_DEFINED = 4
 
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
 
 if TYPE_CHECKING:
     import torch
@@ -44,48 +41,44 @@ class GGUFFile:
         self.path = path
         self.reader = gguf.GGUFReader(str(path))
         arch = self.field("general.architecture")
-        if arch != "llama":
-            raise ValueError(f"{path.name}: architecture {arch!r} is not supported (only llama)")
-        self.arch = arch
+        if arch not in MODEL_TYPES:
+            raise ValueError(
+                f"{path.name}: architecture {arch!r} is not supported ({', '.join(MODEL_TYPES)})"
+            )
+        self.arch: str = arch
 
     def field(self, key: str, default: Any = None) -> Any:
         f = self.reader.fields.get(key)
         return default if f is None else f.contents()
 
-    def config(self) -> LlamaConfig:
-        a = self.arch
-        num_heads = int(self.field(f"{a}.attention.head_count"))
-        hidden = int(self.field(f"{a}.embedding_length"))
-        names = {t.name for t in self.reader.tensors}
-        vocab = self.field(f"{a}.vocab_size") or len(self.field("tokenizer.ggml.tokens"))
-        return LlamaConfig(
-            vocab_size=int(vocab),
-            hidden_size=hidden,
-            intermediate_size=int(self.field(f"{a}.feed_forward_length")),
-            num_layers=int(self.field(f"{a}.block_count")),
-            num_heads=num_heads,
-            num_kv_heads=int(self.field(f"{a}.attention.head_count_kv", num_heads)),
-            head_dim=int(self.field(f"{a}.rope.dimension_count", hidden // num_heads)),
-            rope_theta=float(self.field(f"{a}.rope.freq_base", 10000.0)),
-            rms_norm_eps=float(self.field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)),
-            max_position=int(self.field(f"{a}.context_length")),
-            tie_word_embeddings="output.weight" not in names,
-        )
+    def config(self) -> DecoderConfig:
+        tensors = {t.name: t for t in self.reader.tensors}
+        freqs = tensors.get("rope_freqs.weight")
+        divisors = None
+        if freqs is not None:
+            divisors = gguf.quants.dequantize(freqs.data, freqs.tensor_type).tolist()
+        try:
+            return config_from_gguf(self.arch, self.field, set(tensors), divisors)
+        except ValueError as e:
+            raise ValueError(f"{self.path.name}: {e}") from e
 
-    def state_dict(self, cfg: LlamaConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    def state_dict(self, cfg: DecoderConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """Dequantized weights under Hugging Face names, in `nn.Linear` (out, in) layout."""
         import torch  # here only: the gateway reads these files' tokenizers, not weights
 
         out: dict[str, torch.Tensor] = {}
-        for t in progress(self.reader.tensors, f"loading {self.path.name}", unit="tensor"):
-            name = _hf_name(t.name)
+        tensors = [t for t in self.reader.tensors if t.name != "rope_freqs.weight"]  # config's
+        for t in progress(tensors, f"loading {self.path.name}", unit="tensor"):
+            name = hf_name(self.arch, t.name)
             arr = gguf.quants.dequantize(t.data, t.tensor_type)
             # F32 tensors come back as read-only memmap views: copy before torch owns them.
             w = torch.from_numpy(np.array(arr, dtype=np.float32, copy=True))
-            if name.endswith("q_proj.weight"):
+            if self.arch in PERMUTED_QK and name.endswith("q_proj.weight"):
                 w = _unpermute(w, cfg.num_heads)
-            elif name.endswith("k_proj.weight"):
+            elif self.arch in PERMUTED_QK and name.endswith("k_proj.weight"):
                 w = _unpermute(w, cfg.num_kv_heads)
+            elif self.arch in NORMS_PLUS_ONE and name.endswith("norm.weight"):
+                w = w - 1.0  # our Gemma norms multiply by (1 + weight), as Hugging Face's
             out[name] = w.to(dtype)
         return out
 
@@ -123,20 +116,6 @@ class GGUFFile:
             bos_token=tokens[int(bos)] if bos is not None else None,
             eos_token=tokens[int(eos)] if eos is not None else None,
         )
-
-
-def _hf_name(gguf_name: str) -> str:
-    base, _, suffix = gguf_name.rpartition(".")
-    if base == "token_embd":
-        return "model.embed_tokens.weight"
-    if base == "output_norm":
-        return "model.norm.weight"
-    if base == "output":
-        return "lm_head.weight"
-    parts = base.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{suffix}"
-    raise ValueError(f"unexpected GGUF tensor {gguf_name!r}")
 
 
 def _unpermute(w: torch.Tensor, num_heads: int) -> torch.Tensor:

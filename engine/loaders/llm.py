@@ -11,8 +11,8 @@ from vigil.engine.bundled import ModelFormat, ModelSource
 from vigil.engine.device import return_freed_memory
 from vigil.engine.loaders import hf
 from vigil.engine.loaders.gguf import GGUFFile
-from vigil.engine.model.config import LlamaConfig
-from vigil.engine.model.llama import LlamaForCausalLM, RotaryEmbedding, fuse_projections
+from vigil.engine.model.config import DecoderConfig
+from vigil.engine.model.families import CausalLM, family
 from vigil.engine.model.packed import native_bfloat16
 from vigil.engine.model.quantized import check_quantization, quantize_model
 from vigil.engine.tokenizer import Tokenizer
@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class LanguageModel:
     name: str
-    config: LlamaConfig
-    model: LlamaForCausalLM
+    config: DecoderConfig
+    model: CausalLM
     tokenizer: Tokenizer
     device: torch.device
     dtype: torch.dtype
@@ -62,29 +62,28 @@ def _load(
         tokenizer = file.tokenizer()
     else:
         raw = hf.read_config(source.path)
-        if raw.get("model_type") != "llama":
-            raise ValueError(
-                f"{source.path}: model_type {raw.get('model_type')!r} is not supported "
-                "for generation (only llama)"
-            )
-        cfg = LlamaConfig.from_hf(raw)
+        try:
+            cfg = family(raw.get("model_type")).config_from_hf(raw)
+        except ValueError as e:
+            raise ValueError(f"{source.path}: {e}") from e
         weights = hf.read_safetensors(source.path, dtype)
         tokenizer = hf.read_tokenizer(source.path, raw, add_special_tokens=True)
-    model = build_llama(cfg, weights, device)
+    model = build_decoder(cfg, weights, device)
     if quantization == "int4":
         quantize_model(model)
     return LanguageModel(source.name, cfg, model, tokenizer, device, dtype)
 
 
-def build_llama(
-    cfg: LlamaConfig, weights: dict[str, torch.Tensor], device: torch.device
-) -> LlamaForCausalLM:
+def build_decoder(
+    cfg: DecoderConfig, weights: dict[str, torch.Tensor], device: torch.device
+) -> CausalLM:
     """From Hugging Face-named weights (consumed: the dict is emptied as it goes)."""
     # Build on the meta device and adopt the loaded tensors: no time or memory
     # spent on a random initialisation that would be overwritten.
-    fuse_projections(weights, cfg.num_layers)
+    arch = family(cfg.architecture)
+    arch.to_our_layout(weights, cfg.num_layers)
     with torch.device("meta"):
-        model = LlamaForCausalLM(cfg)
+        model = arch.model(cfg)
     allowed_missing = {"lm_head.weight"} if cfg.tie_word_embeddings else set()
     result = model.load_state_dict(weights, strict=False, assign=True)
     missing = set(result.missing_keys) - allowed_missing
@@ -96,5 +95,5 @@ def build_llama(
         )
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    model.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position, cfg.rope_theta)
+    model.rebuild_buffers()
     return model.to(device).eval()

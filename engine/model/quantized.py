@@ -38,7 +38,8 @@ from torch import nn
 from vigil.engine.kernels import int4_decode_ext
 from vigil.engine.model.attention import AttentionMetadata
 from vigil.engine.model.config import QUANTIZATIONS
-from vigil.engine.model.llama import DecoderLayer, LlamaForCausalLM, RopeTables
+from vigil.engine.model.families import CausalLM
+from vigil.engine.model.llama import DecoderLayer, LlamaForCausalLM
 from vigil.engine.model.packed import (
     GROUP_SIZE,
     Kernel,
@@ -56,17 +57,20 @@ from vigil.engine.model.packed import (
     pack_int8,
     takes_rows,
 )
+from vigil.engine.model.rope import RopeTables
 
 
 class PackedLinear(nn.Module):
-    """A bias-free linear: packed weights for the rows its kernel takes (few_rows), a
-    bfloat16-held copy of the same quantized weights for more."""
+    """A linear of packed weights for the rows its kernel takes (few_rows), a
+    bfloat16-held copy of the same quantized weights for more; a bias (Qwen2's q/k/v)
+    stays in float."""
 
     packed: torch.Tensor
     scales: torch.Tensor
     # (out, in) bfloat16: the quantized weights, for many rows; None where the kernel
     # takes every row (bfloat16_weight's: read it through many_rows_mm or dense only)
     dequantized: torch.Tensor | None
+    bias: torch.Tensor | None
 
     def __init__(self, in_features: int, out_features: int, kernel: Kernel) -> None:
         super().__init__()
@@ -75,6 +79,7 @@ class PackedLinear(nn.Module):
         if kernel is not Kernel.ATEN:
             extension(kernel)  # refuse a kernel that did not build, here, not at a step
         self.in_features, self.out_features, self.kernel = in_features, out_features, kernel
+        self.register_buffer("bias", None)
 
     def hold(self, packed: torch.Tensor, scales: torch.Tensor, weight: torch.Tensor) -> None:
         """Register the packed weights, and the bfloat16 copy (of `weight`, the quantized
@@ -90,7 +95,10 @@ class PackedLinear(nn.Module):
             out = self.packed_mm(rows)
         else:
             out = many_rows_mm(rows, self.dequantized)
-        return out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        out = out.to(x.dtype)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
         """(n, in) rows of any float dtype -> (n, out)."""
@@ -173,9 +181,7 @@ class Int8Embedding(nn.Module):
         return self.rows.rows(ids, self.dtype)
 
 
-def quantize_model(
-    model: LlamaForCausalLM, fused: bool = True, kernel: Kernel | None = None
-) -> None:
+def quantize_model(model: CausalLM, fused: bool = True, kernel: Kernel | None = None) -> None:
     """Every linear of the decoder layers -> Int4Linear and the output head ->
     Int8Linear, in place. A head tied to the token embeddings also serves the lookups
     (Int8Embedding): the float table goes, 113 MB of the bundled model in float32.
@@ -184,16 +190,33 @@ def quantize_model(
     for parent in model.model.layers.modules():
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):  # qkv_proj, o_proj, gate_up_proj, down_proj
-                setattr(parent, name, Int4Linear(child.weight.detach(), kernel))
+                linear = Int4Linear(child.weight.detach(), kernel)
+                if child.bias is not None:
+                    linear.bias = child.bias.detach()
+                setattr(parent, name, linear)
     embed = model.model.embed_tokens
     tied = model.lm_head.weight is embed.weight
     head = Int8Linear(model.lm_head.weight.detach(), kernel)
     model.lm_head = head  # type: ignore[assignment]
     if tied:
         model.model.embed_tokens = Int8Embedding(head, embed.weight.dtype)  # type: ignore[assignment]
-    kernels = int4_decode_ext() if fused else None
+    kernels = int4_decode_ext() if fused and fused_kernel_takes(model) else None
     if kernels is not None:
+        assert isinstance(model, LlamaForCausalLM)
         model.decode_layers = FusedDecodeLayers(model, kernels)
+
+
+def fused_kernel_takes(model: CausalLM) -> bool:
+    """Whether int4_decode.cpp computes this model's layers: Llama's, as they are
+    (no biases, q/k norms, windows or soft-caps, SiLU), which Mistral without a
+    window is too; other families run their layers' own forward."""
+    cfg = model.config
+    return (
+        isinstance(model, LlamaForCausalLM)
+        and not (cfg.qkv_bias or cfg.o_proj_bias or cfg.qk_norm or cfg.layer_windows)
+        and cfg.attn_softcap is None
+        and cfg.hidden_act == "silu"
+    )
 
 
 class FusedDecodeLayers:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vigil.engine.kernels import cache_dir, cached_or_built, cpu_identity, paged_attention_ext
-from vigil.engine.model.attention import AttentionMetadata, paged_attention
+from vigil.engine.model.attention import AttentionMetadata, PrefillSpan, paged_attention, windowed
 
 
 def decode_case(
@@ -92,3 +92,47 @@ def test_a_start_stopped_mid_build_leaves_nothing_that_blocks_the_next(tmp_path:
     shutil.copy(built, tmp_path / built.name)
     module = cached_or_built(name, Path("never-compiled.cpp"), tmp_path)
     assert hasattr(module, "paged_decode_attention")
+
+
+def test_a_window_keeps_each_decodes_last_slots_and_cuts_a_chunks_context() -> None:
+    # Two decodes with 3 and 9 tokens of context (the new one included), slots 100 + pos
+    # and 200 + pos; a prefill chunk of 4 tokens after 10 cached, context slots 300 + pos.
+    slots = torch.stack([torch.arange(9) + 100, torch.arange(9) + 200])
+    slots[0, 3:] = 0  # padding past the first one's length
+    lens = torch.tensor([3, 9])
+    context = torch.arange(14) + 300
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor([102, 208, 310, 311, 312, 313]),
+        num_decodes=2,
+        decode_slots=slots,
+        decode_lens=lens,
+        decode_mask=None,
+        prefills=[PrefillSpan(2, 4, 10, context)],
+    )
+    w = windowed(meta, 4)
+    assert w.decode_lens is not None and w.decode_lens.tolist() == [3, 4]
+    assert w.decode_slots is not None
+    assert w.decode_slots[0, :3].tolist() == [100, 101, 102]  # all three: shorter than 4
+    assert w.decode_slots[1].tolist() == [205, 206, 207, 208]  # positions 5..8
+    (span,) = w.prefills
+    # The chunk's first query (position 10) sees positions 7..10: the context starts at 7.
+    assert (span.first_position, span.window) == (7, 4)
+    assert span.context_slots is not None and span.context_slots.tolist() == list(range(307, 314))
+    assert torch.equal(w.slot_mapping, meta.slot_mapping)  # every token's K/V still written
+
+
+def test_a_windowed_chunk_attends_to_the_band_the_full_mask_allows() -> None:
+    # One chunk of 10 tokens from the start, window 3: the same as full attention with
+    # every key 3 or more positions back masked by hand.
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(10, 2, 8, generator=gen) for _ in range(3))
+    meta = AttentionMetadata(torch.arange(10), 0, None, None, None, [PrefillSpan(0, 10, 0, None)])
+    out = paged_attention(
+        q, k, v, torch.zeros(10, 2, 8), torch.zeros(10, 2, 8), windowed(meta, 3), 0.5
+    )
+    pos = torch.arange(10)
+    band = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - 3)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=band, scale=0.5
+    ).transpose(0, 1)
+    torch.testing.assert_close(out, expected)

@@ -9,13 +9,13 @@ import torch
 
 from vigil.engine.kernels import int4_decode_ext, packed_matmul_ext, paged_attention_ext
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
-from vigil.engine.model.config import LlamaConfig
+from vigil.engine.model.config import DecoderConfig
 from vigil.engine.model.llama import LlamaForCausalLM
 from vigil.engine.model.packed import Kernel, few_rows
 from vigil.engine.model.quantized import FusedDecodeLayers, quantize_model
 
 BLOCK = 4
-CFG = LlamaConfig(
+CFG = DecoderConfig(
     vocab_size=256,
     hidden_size=128,
     intermediate_size=256,

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers
+from tiny_checkpoints import save_word_tokenizer
 
 from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
 from vigil.engine.kv_cache import BlockPool
@@ -67,10 +66,7 @@ def _save_tiny_llama(folder: Path, *, tied: bool) -> transformers.LlamaForCausal
                 if name.endswith("norm.weight"):
                     param.copy_(1.0 + 0.2 * torch.randn_like(param))
     model.save_pretrained(folder)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i for i in range(3, VOCAB)}
-    tokenizer = HFTokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(str(folder / "tokenizer.json"))
+    save_word_tokenizer(folder, VOCAB)
     return model
 
 

@@ -237,7 +237,7 @@ _ops = st.lists(
 
 def _check_invariants(sched: Scheduler, live: list[Sequence]) -> None:
     pool, bs = sched.pool, sched.config.block_size
-    owned = [b for seq in live for b in seq.block_ids]
+    owned = [b for seq in live for b in seq.block_ids[seq.num_dropped_blocks :]]
     assert len(set(owned)) == pool.num_used  # no block lost
     assert sum(pool._ref_counts) == len(owned)  # one reference per holder
     assert min(pool._ref_counts) >= 0
@@ -248,6 +248,11 @@ def _check_invariants(sched: Scheduler, live: list[Sequence]) -> None:
         if seq.status is SeqStatus.RUNNING:
             assert seq in sched.running
             assert len(seq.block_ids) == blocks_needed(seq.num_computed_tokens, bs)
+            window = sched.config.sliding_window
+            if window is not None:  # no block kept that the next query cannot see
+                assert seq.num_dropped_blocks == max(
+                    0, (seq.num_computed_tokens - window + 1) // bs
+                )
         else:
             assert seq.status is SeqStatus.WAITING
             assert seq in sched.waiting[seq.priority]
@@ -266,7 +271,9 @@ def _step_and_retire(sched: Scheduler, live: list[Sequence]) -> StepPlan:
         assert len(item.seq.block_ids) >= blocks_needed(end, sched.config.block_size)
     bs = sched.config.block_size
     for copy in plan.copies:  # into a scheduled sequence's block, from one the pool holds
-        (item,) = [s for s in plan.scheduled if copy.dst in s.seq.block_ids]
+        (item,) = [
+            s for s in plan.scheduled if copy.dst in s.seq.block_ids[s.seq.num_dropped_blocks :]
+        ]
         assert item.seq.block_ids.index(copy.dst) == item.seq.num_computed_tokens // bs
         assert 0 < copy.num_tokens == item.seq.num_computed_tokens % bs
         assert sched.pool.ref_count(copy.src) > 0 and copy.src not in item.seq.block_ids
@@ -287,6 +294,7 @@ def _step_and_retire(sched: Scheduler, live: list[Sequence]) -> StepPlan:
     budget=st.integers(1, 16),
     max_num_seqs=st.integers(1, 4),
     caching=st.booleans(),
+    window=st.sampled_from([None, 1, 2, 5]),
 )
 def test_random_operations_never_leak_blocks(
     ops: list[tuple],
@@ -295,9 +303,12 @@ def test_random_operations_never_leak_blocks(
     budget: int,
     max_num_seqs: int,
     caching: bool,
+    window: int | None,
 ) -> None:
     # Every prompt starts with the same tokens, so with caching on they share blocks.
-    config = SchedulerConfig(max_num_seqs, budget, block_size, enable_prefix_caching=caching)
+    config = SchedulerConfig(
+        max_num_seqs, budget, block_size, enable_prefix_caching=caching, sliding_window=window
+    )
     sched = Scheduler(config, BlockPool(num_blocks))
     capacity = num_blocks * block_size
     live: list[Sequence] = []
@@ -325,6 +336,30 @@ def test_random_operations_never_leak_blocks(
     # Steer the search toward runs that preempt a lot (about a third of the examples).
     target(float(sched.num_preemptions))
     assert sched.pool.num_free == num_blocks
+
+
+def test_blocks_that_slid_out_of_every_window_are_given_back() -> None:
+    # Window 6, blocks of 4: after a 13-token prompt the next query (position 13) sees
+    # positions 8..13, so blocks 0 (0..3) and 1 (4..7) go back to the pool.
+    config = SchedulerConfig(2, 16, 4, sliding_window=6)
+    sched = Scheduler(config, BlockPool(6))
+    a = make_seq("a", 13, max_tokens=8)
+    sched.add(a)
+    step(sched)
+    assert (a.block_ids, a.num_dropped_blocks, sched.pool.num_free) == ([0, 1, 2, 3], 2, 4)
+    for _ in range(3):  # positions 13, 14, 15 computed: the next query sees 10..15
+        step(sched)
+    assert (a.num_computed_tokens, a.num_dropped_blocks) == (16, 2)
+    step(sched)  # position 16 needs block 4; the next query sees 11..16: block 2 goes
+    assert (a.block_ids, a.num_dropped_blocks, sched.pool.num_free) == ([0, 1, 2, 3, 4], 3, 4)
+    # b's 9 tokens need 3 blocks: 6 could not hold a's 5 and them without what a gave back.
+    b = make_seq("b", 9)
+    sched.add(b)
+    step(sched)
+    assert set(b.block_ids) <= {0, 1, 2, 5} and sched.num_preemptions == 0
+    sched.finish(a)
+    sched.finish(b)
+    assert sched.pool.num_free == 6  # each block freed once
 
 
 # ---- prefix cache, deadlines, aging ---------------------------------------------------
