@@ -685,6 +685,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     def begin() -> None:
         services.draining = True  # /readyz fails from now on
+        if local is not None:
+            local.stopping()  # the SIGTERM of a process group reaches the workers too
 
     async def drain() -> None:
         await asyncio.sleep(settings.drain_delay_s)
