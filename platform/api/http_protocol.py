@@ -24,6 +24,7 @@ as nginx's lingering close does.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, ClassVar
 
 import msgspec
@@ -31,6 +32,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from vigil.platform.api.errors import error_body
 from vigil.platform.settings import EdgeSettings
+
+access_log = logging.getLogger("vigil.access")
 
 LINGER_S = 5.0
 LINGER_MAX_BYTES = 32 << 20
@@ -210,6 +213,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """Answer `status` and close; a request the application is serving gets
         `http.disconnect` (its own answer, if any, goes nowhere)."""
         assert self._raw is not None
+        client = self.client[0] if self.client else "-"
+        fields = {"status": status, "client": client, "refused": message}
+        access_log.info(
+            f"status={status} client={client} refused: {message}", extra={"fields": fields}
+        )
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.response_started:
             error_type = "timeout_error" if status == 408 else "invalid_request_error"
