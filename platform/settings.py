@@ -320,12 +320,21 @@ def serve_settings(
     )
 
 
+MIN_HEADER_BYTES = 4096
+
+
 def edge_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> EdgeSettings:
     d = EdgeSettings()
     header_bytes = _pick(flags.get("max_header_bytes"), env, "MAX_HEADER_BYTES")
     allow = _pick(flags.get("forwarded_allow_ips"), env, "FORWARDED_ALLOW_IPS") or ""
+    max_header_bytes = _bytes_or(header_bytes, d.max_header_bytes)
+    if max_header_bytes < MIN_HEADER_BYTES:
+        raise SettingsError(
+            f"max header bytes must be at least {MIN_HEADER_BYTES} (a browser's headers "
+            f"alone take a few KB), got {max_header_bytes}"
+        )
     return EdgeSettings(
-        max_header_bytes=_bytes_or(header_bytes, d.max_header_bytes),
+        max_header_bytes=max_header_bytes,
         max_header_count=_int(
             _pick(flags.get("max_header_count"), env, "MAX_HEADER_COUNT"),
             "max header count",
