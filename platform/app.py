@@ -26,6 +26,7 @@ from vigil.platform.api.internal import WorkerController
 from vigil.platform.api.observe import observe_requests
 from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
+from vigil.platform.api.security_headers import secure_answers
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
 from vigil.platform.planning.service import PlanService
@@ -169,7 +170,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
         request_class=BodyRequest,  # one JSON decoder for every route
         request_max_body_size=services.settings.max_request_bytes,
         before_send=[add_request_id],
-        middleware=[observe_requests(services.tracing)],
+        middleware=[observe_requests(services.tracing), secure_answers],
         template_config=TemplateConfig(directory=web_dir / "templates", engine=JinjaTemplateEngine),
         openapi_config=OpenAPIConfig(
             title="Vigil",

@@ -148,6 +148,50 @@ def _name_variables(parser: argparse.ArgumentParser, env: dict[str, str]) -> Non
             action.help = f"{action.help}  [{name}]"
 
 
+def _add_edge_flags(serve: argparse.ArgumentParser) -> None:
+    """Bounds on client connections (see api/http_protocol.py), and the proxies trusted."""
+    serve.add_argument(
+        "--max-header-bytes",
+        help="largest request head, request line and headers together (64KiB); more gets "
+        "431  [VIGIL_MAX_HEADER_BYTES]",
+    )
+    serve.add_argument(
+        "--max-header-count",
+        type=int,
+        help="most header lines in a request (100); more gets 431  [VIGIL_MAX_HEADER_COUNT]",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        help="seconds a request head may take to arrive, from the connection or its first "
+        "byte (10); then 408 and the connection is closed  [VIGIL_HEADER_TIMEOUT]",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        help="seconds a request body may take to arrive after its head (60); then 408  "
+        "[VIGIL_BODY_TIMEOUT]",
+    )
+    serve.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        help="seconds an idle connection is kept open between requests (5)  "
+        "[VIGIL_KEEPALIVE_TIMEOUT]",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        help="client connections served at once (1000); a request on one more gets 503  "
+        "[VIGIL_MAX_CONNECTIONS]",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        help="comma-separated proxy addresses or CIDRs whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed (default: none; '*' trusts every peer)  "
+        "[VIGIL_FORWARDED_ALLOW_IPS]",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vigil", description="Vigil: observability-first model serving."
@@ -289,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
         "behind one address needs the same VIGIL_CONSOLE_SECRET  [VIGIL_CONSOLE_SESSION]",
     )
     _add_engine_flags(serve)
+    _add_edge_flags(serve)
     _name_variables(serve, SERVE_ENV | ENGINE_ENV)
 
     worker = sub.add_parser(
@@ -606,6 +651,7 @@ def _utc(ts: datetime) -> str:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from vigil.platform.api.http_protocol import guarded_protocol
     from vigil.platform.app import create_app
     from vigil.platform.control.migrate import migrate
     from vigil.platform.lifecycle import DrainingServer
@@ -644,16 +690,28 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         log.info("auth: every /v1 request needs an API key (vigil keys create)")
     log.info("console: http://%s:%d/console/", settings.host, settings.port)
+    edge = settings.edge
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
+        http=guarded_protocol(edge),
+        timeout_keep_alive=edge.keepalive_timeout_s,  # type: ignore[arg-type]
+        # uvicorn refuses when its count (this connection included) reaches the limit.
+        limit_concurrency=edge.max_connections + 1,
+        # Forwarded headers are believed from the listed proxies only; by default from
+        # no one, so that no client can choose the address it is throttled by.
+        proxy_headers=bool(edge.forwarded_allow_ips),
+        forwarded_allow_ips=list(edge.forwarded_allow_ips) or None,
+        access_log=False,  # vigil.access writes the one access line (api/observe.py)
     )
 
     def begin() -> None:
         services.draining = True  # /readyz fails from now on
+        if local is not None:
+            local.stopping()  # the SIGTERM of a process group reaches the workers too
 
     async def drain() -> None:
         await asyncio.sleep(settings.drain_delay_s)
@@ -662,16 +720,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-class _QuietHeartbeats(logging.Filter):
-    """Drop access-log lines of worker heartbeats: one a second per worker is noise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "/internal/workers/" not in record.getMessage()
-
-
 def _quiet_logs() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("uvicorn.access").addFilter(_QuietHeartbeats())
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -65,6 +65,21 @@ DEFAULT_TRACE_BUFFER = 256  # with an OTLP endpoint and no --trace-buffer
 
 
 @dataclass(frozen=True, slots=True)
+class EdgeSettings:
+    """The gateway's HTTP connections: how much of a request head is read, how long a
+    client may take to send one, how many connections are served at once, and which
+    peers may speak for the client (X-Forwarded-For, X-Forwarded-Proto)."""
+
+    max_header_bytes: int = 64 << 10  # request line and headers together; more: 431
+    max_header_count: int = 100  # header lines; more: 431
+    header_timeout_s: float = 10.0  # from a connection's start, or a head's first byte
+    body_timeout_s: float = 60.0  # the whole body, from the end of its head
+    keepalive_timeout_s: float = 5.0  # an idle connection between two requests
+    max_connections: int = 1000  # served at once; one more gets 503
+    forwarded_allow_ips: tuple[str, ...] = ()  # proxies (IPs, CIDRs, "*"); none: no one
+
+
+@dataclass(frozen=True, slots=True)
 class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8000
@@ -108,6 +123,7 @@ class ServeSettings:
     console_secret: str | None = None
     # A console session ends after this long without a request (it is renewed by each).
     console_session_s: int = 8 * 3600
+    edge: EdgeSettings = field(default_factory=lambda: EdgeSettings())
 
     @property
     def resolved_model_dirs(self) -> tuple[Path, ...]:
@@ -316,6 +332,49 @@ def serve_settings(
             d.console_session_s,
             minimum=60,
         ),
+        edge=edge_settings(flags, env),
+    )
+
+
+MIN_HEADER_BYTES = 4096
+
+
+def edge_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> EdgeSettings:
+    d = EdgeSettings()
+    header_bytes = _pick(flags.get("max_header_bytes"), env, "MAX_HEADER_BYTES")
+    allow = _pick(flags.get("forwarded_allow_ips"), env, "FORWARDED_ALLOW_IPS") or ""
+    max_header_bytes = _bytes_or(header_bytes, d.max_header_bytes)
+    if max_header_bytes < MIN_HEADER_BYTES:
+        raise SettingsError(
+            f"max header bytes must be at least {MIN_HEADER_BYTES} (a browser's headers "
+            f"alone take a few KB), got {max_header_bytes}"
+        )
+    return EdgeSettings(
+        max_header_bytes=max_header_bytes,
+        max_header_count=_int(
+            _pick(flags.get("max_header_count"), env, "MAX_HEADER_COUNT"),
+            "max header count",
+            d.max_header_count,
+        ),
+        header_timeout_s=_float(
+            _pick(flags.get("header_timeout"), env, "HEADER_TIMEOUT"),
+            "header timeout",
+            d.header_timeout_s,
+        ),
+        body_timeout_s=_float(
+            _pick(flags.get("body_timeout"), env, "BODY_TIMEOUT"), "body timeout", d.body_timeout_s
+        ),
+        keepalive_timeout_s=_float(
+            _pick(flags.get("keepalive_timeout"), env, "KEEPALIVE_TIMEOUT"),
+            "keep-alive timeout",
+            d.keepalive_timeout_s,
+        ),
+        max_connections=_int(
+            _pick(flags.get("max_connections"), env, "MAX_CONNECTIONS"),
+            "max connections",
+            d.max_connections,
+        ),
+        forwarded_allow_ips=tuple(a.strip() for a in allow.split(",") if a.strip()),
     )
 
 

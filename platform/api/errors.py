@@ -22,6 +22,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 from sqlalchemy import exc as sa_exc
 
+from vigil.platform.api.observe import CLIENT_CLOSED_REQUEST, client_gone
 from vigil.platform.api.openai_schemas import ErrorBody, ErrorDetail
 from vigil.platform.control.db import database_unreachable
 from vigil.platform.errors import (
@@ -128,8 +129,19 @@ _HTTP_TYPES = {
 }
 
 
+def _client_left(request: Request[Any, Any, Any]) -> Response[ErrorBody] | None:
+    """A client that left mid-request (its body cut short, say) makes Litestar raise a
+    server error; it is the client's doing, and nobody reads the answer: 499, not logged."""
+    if not client_gone(request.scope):
+        return None
+    body = error_body("The client closed the connection.", "client_closed_request", None, None)
+    return Response(body, status_code=CLIENT_CLOSED_REQUEST)
+
+
 def _http_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorBody]:
     status = exc.status_code
+    if status >= 500 and (left := _client_left(request)) is not None:
+        return left
     if isinstance(exc.__cause__, SerializationException):
         message = f"The request body is not valid JSON ({exc.detail}); send a JSON object."
         return Response(
@@ -184,7 +196,9 @@ def _driver_handler(request: Request[Any, Any, Any], exc: Exception) -> Response
     return _unexpected_handler(request, exc)
 
 
-def _unexpected_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+def _unexpected_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    if (left := _client_left(request)) is not None:
+        return left
     log.exception("unhandled error", exc_info=exc)
     return Response(
         error_body(

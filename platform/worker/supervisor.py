@@ -3,7 +3,9 @@
 Each is `vigil worker` in a child process, so a crash in an engine (or the kernel
 killing it for memory) takes down one worker, not the gateway: the gateway sees it
 miss heartbeats, routes around it, and this supervisor starts a new one (backing off
-when one keeps dying).
+when one keeps dying). Once the gateway is stopping (`stopping()`, from its SIGTERM), a
+worker that exits is not restarted: `kill -TERM` of the whole process group, as
+container runtimes and `systemctl stop` send it, reaches the workers too.
 """
 
 from __future__ import annotations
@@ -35,10 +37,15 @@ class LocalWorkers:
         self._gateway_url = gateway_url
         self._env = {**os.environ, **env}
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def pids(self) -> dict[str, int]:
         return {c.worker_id: c.process.pid for c in self._children if c.process is not None}
+
+    def stopping(self) -> None:
+        """The gateway is shutting down: from now on no worker is restarted."""
+        self._stopping = True
 
     def start(self) -> None:
         for child in self._children:
@@ -64,9 +71,14 @@ class LocalWorkers:
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)
             for child in self._children:
-                assert child.process is not None
+                if child.process is None:  # exited during shutdown
+                    continue
                 code = child.process.poll()
                 if code is None:
+                    continue
+                if self._stopping:
+                    log.info("worker %s exited with %s during shutdown", child.worker_id, code)
+                    child.process = None
                     continue
                 delay = RESTART_BACKOFF_S[min(child.failures, len(RESTART_BACKOFF_S) - 1)]
                 child.failures += 1
@@ -75,7 +87,8 @@ class LocalWorkers:
                 )
                 child.process = None
                 await asyncio.sleep(delay)
-                self._spawn(child)
+                if not self._stopping:
+                    self._spawn(child)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -181,3 +181,21 @@ def test_trusted_trace_parents_come_from_flags_or_a_comma_separated_variable() -
     assert serve_settings({}, env=env).tracing.parent_from == ("10.1.0.0/16", "127.0.0.1/32")
     with pytest.raises(SettingsError, match="--trace-parent-from takes IP addresses"):
         serve_settings({"trace_parent_from": ["mesh.internal"]}, env={})
+
+
+def test_connection_bounds_and_trusted_proxies_come_from_flags_or_variables() -> None:
+    d = serve_settings({}, {}).edge
+    assert (d.max_header_bytes, d.max_header_count, d.max_connections) == (64 << 10, 100, 1000)
+    assert (d.header_timeout_s, d.body_timeout_s, d.keepalive_timeout_s) == (10.0, 60.0, 5.0)
+    assert d.forwarded_allow_ips == ()  # forwarded headers are believed from no one
+    s = serve_settings(
+        {"max_header_bytes": "16KiB", "header_timeout": 2.5, "max_connections": 8},
+        {"VIGIL_FORWARDED_ALLOW_IPS": "10.0.0.5, 10.1.0.0/16", "VIGIL_BODY_TIMEOUT": "30"},
+    ).edge
+    assert (s.max_header_bytes, s.header_timeout_s, s.max_connections) == (16 << 10, 2.5, 8)
+    assert s.body_timeout_s == 30.0
+    assert s.forwarded_allow_ips == ("10.0.0.5", "10.1.0.0/16")
+    with pytest.raises(SettingsError, match="max header bytes must be at least 4096"):
+        serve_settings({"max_header_bytes": "100"}, {})
+    with pytest.raises(SettingsError, match="header timeout must be positive"):
+        serve_settings({"header_timeout": "0"}, {})
