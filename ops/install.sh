@@ -22,6 +22,9 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   "${PIP[@]}" "torch==2.13.0"
 fi
 
+# The folder the console's libraries are copied into below is a declared package
+# (pyproject.toml), so it must exist before the install; git keeps no empty folder.
+mkdir -p web/static/vendor
 if [[ $TEST == 1 ]]; then
   "${PIP[@]}" -e ".[test]"
 else
