@@ -29,6 +29,7 @@ from typing import Any
 
 import llguidance
 import llguidance.torch
+import numpy as np
 import torch
 
 from vigil.engine.limits import RequestRejected
@@ -46,7 +47,8 @@ class GrammarError(RequestRejected):
 
 
 def canonical_schema(schema: dict[str, Any] | str) -> str:
-    """One text per schema (sorted keys, no spaces), so equal schemas share a cache entry."""
+    """One text per schema (no spaces), so equal schemas share a cache entry. Keys keep
+    their order: the output follows the order of `properties`."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -54,7 +56,7 @@ def canonical_schema(schema: dict[str, Any] | str) -> str:
             raise GrammarError(f"The JSON schema is not valid JSON: {exc}") from exc
     if not isinstance(schema, dict):
         raise GrammarError("The JSON schema must be a JSON object.")
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
 
 
 class GrammarMatcher:
@@ -164,7 +166,6 @@ class GrammarMasks:
     def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size
         self._bitmask = llguidance.torch.allocate_token_bitmask(1, vocab_size)
-        self._shifts = torch.arange(32, dtype=torch.int32)
 
     def apply(self, logits: torch.Tensor, rows: list[int], matchers: list[GrammarMatcher]) -> None:
         """logits (N, V): rows[i] keeps only the tokens matchers[i] allows next."""
@@ -174,8 +175,11 @@ class GrammarMasks:
         bitmask = self._bitmask[:n]
         for i, m in enumerate(matchers):
             m.fill_mask(bitmask, i)
-        # (n, W) words -> (n, W, 32) bits -> (n, V) allowed
-        bits = (bitmask.unsqueeze(-1) >> self._shifts) & 1
-        allowed = bits.flatten(1)[:, : logits.shape[-1]].bool().to(logits.device)
-        index = torch.tensor(rows, device=logits.device)
-        logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+        # (n, W) int32 words -> (n, 32 W) bits, token 32 w + j at bit j of word w: the
+        # words' bytes are little-endian on every CPU torch supports, so bit order
+        # 'little' over the bytes lists tokens in order. numpy's unpackbits does it in
+        # 0.2 ms for 16 rows, where shifts and masks in torch took 13 ms.
+        bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")
+        forbidden = torch.from_numpy(bits[:, : logits.shape[-1]] == 0).to(logits.device)
+        for i, row in enumerate(rows):
+            logits[row].masked_fill_(forbidden[i], float("-inf"))

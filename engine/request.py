@@ -41,7 +41,7 @@ class ConstraintKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Constraint:
     """What the output must be. Compiled once per distinct (kind, text) and cached, so
-    build JSON schemas with `json_schema`, which writes them in one canonical form."""
+    build JSON schemas with `json_schema`, which writes them in one compact form."""
 
     kind: ConstraintKind
     text: str = ""
