@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from vigil.engine.detokenizer import IncrementalDetokenizer
+from vigil.engine.grammar import CompiledGrammar, GrammarCompiler
 from vigil.engine.kv_cache import BlockPool
 from vigil.engine.limits import ContextLimit, RequestRejected, fit_request
 from vigil.engine.loaders.llm import LanguageModel
@@ -45,6 +46,8 @@ class EngineConfig:
     native_attention: bool = True
     # CPU threads by step size; None: whatever torch is set to.
     threads: StepThreads | None = None
+    # Compiled grammars kept for reuse (least recently used dropped first).
+    grammar_cache_size: int = 256
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -55,6 +58,8 @@ class EngineConfig:
             )
         if self.block_size < 1 or self.max_num_seqs < 1:
             raise ValueError("block_size and max_num_seqs must be at least 1")
+        if self.grammar_cache_size < 1:
+            raise ValueError("grammar_cache_size must be at least 1")
 
 
 @dataclass(slots=True)
@@ -91,6 +96,9 @@ class LLMEngine:
         self.runner = ModelRunner(
             lm, num_blocks, config.block_size, config.native_attention, config.threads
         )
+        self.grammars = GrammarCompiler(
+            lm.tokenizer, lm.config.vocab_size, config.grammar_cache_size
+        )
         self._seqs: dict[RequestId, Sequence] = {}
         self._outputs: dict[RequestId, _Output] = {}
         self._num_steps = 0
@@ -106,21 +114,33 @@ class LLMEngine:
         return min(self.max_model_len, self.kv_capacity_tokens)
 
     def check_request(self, request: GenerationRequest) -> None:
-        """Raise RequestRejected for a request this engine could never serve. Reads
-        only sizes fixed at start-up, so it is safe to call from any thread."""
-        fit_request(
-            len(request.prompt_ids), request.params.max_tokens, ContextLimit(self.context_tokens)
-        )
+        """Raise RequestRejected for a request this engine could never serve (GrammarError
+        for a constraint that cannot compile). Reads only sizes fixed at start-up and the
+        thread-safe grammar cache, so it is safe to call from any thread; a constraint not
+        cached yet is compiled here (about a millisecond for a JSON schema)."""
+        self._check(request)
+
+    def _check(self, request: GenerationRequest) -> CompiledGrammar | None:
+        params = request.params
+        fit_request(len(request.prompt_ids), params.max_tokens, ContextLimit(self.context_tokens))
+        vocab = self.lm.config.vocab_size
+        if bad := [t for t, _ in params.logit_bias if not 0 <= t < vocab]:
+            raise RequestRejected(
+                f"logit_bias names token ids outside this model's vocabulary of {vocab}: {bad[:5]}",
+                "logit_bias",
+            )
+        return None if params.constraint is None else self.grammars.compile(params.constraint)
 
     def add_request(self, request: GenerationRequest) -> None:
-        self.check_request(request)
+        # Compiled before the scheduler sees it: a bad constraint never takes a slot.
+        grammar = self._check(request)
         if request.request_id in self._seqs:
             raise RequestRejected(f"request id {request.request_id!r} is already running", "prompt")
         seq = Sequence(request, arrival_index=0)
         self._seqs[request.request_id] = seq
         stop = request.params.stop
         self._outputs[request.request_id] = _Output(IncrementalDetokenizer(self.lm.tokenizer, stop))
-        self.runner.add_request(request.request_id, request.params.seed)
+        self.runner.add_request(request.request_id, request.params.seed, grammar)
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: RequestId) -> list[tuple[RequestId, EngineEvent]]:
@@ -211,11 +231,14 @@ class LLMEngine:
                 piece = detok.push(token)
                 if detok.stopped:
                     reason = FinishReason.STOP
+            if reason is None and rid in result.grammar_done:
+                reason = FinishReason.STOP
             if reason is None and (
                 len(seq.output_ids) >= params.max_tokens or seq.num_tokens >= self.max_model_len
             ):
                 reason = FinishReason.LENGTH
-            events.append((rid, TokenEvent(piece, (token,), now)))
+            lp = result.logprobs.get(rid)
+            events.append((rid, TokenEvent(piece, (token,), now, () if lp is None else (lp,))))
             if reason is not None:
                 events.append((rid, self._finish(seq, reason, detok.finish(), now)))
         return events

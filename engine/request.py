@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import NewType
+from typing import Any, NewType
 
 RequestId = NewType("RequestId", str)
+MAX_TOP_LOGPROBS = 20
 
 
 class Priority(IntEnum):
@@ -29,6 +31,34 @@ class Priority(IntEnum):
 _PRIORITY_LABELS = {p.label: p for p in Priority}
 
 
+class ConstraintKind(StrEnum):
+    JSON_SCHEMA = "json_schema"  # text: the schema, canonical JSON
+    JSON_OBJECT = "json_object"  # any JSON object; text is empty
+    REGEX = "regex"  # text: the pattern the whole output matches
+    GRAMMAR = "grammar"  # text: a Lark grammar (llguidance's dialect)
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """What the output must be. Compiled once per distinct (kind, text) and cached, so
+    build JSON schemas with `json_schema`, which writes them in one compact form."""
+
+    kind: ConstraintKind
+    text: str = ""
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any] | str) -> Constraint:
+        """A schema as a dict or JSON text; text that is not a JSON object raises
+        GrammarError (engine/grammar.py) through `canonical_schema`."""
+        from vigil.engine.grammar import canonical_schema
+
+        return cls(ConstraintKind.JSON_SCHEMA, canonical_schema(schema))
+
+    @classmethod
+    def json_object(cls) -> Constraint:
+        return cls(ConstraintKind.JSON_OBJECT)
+
+
 class FinishReason(StrEnum):
     STOP = "stop"  # EOS token or a stop string
     LENGTH = "length"  # max_tokens or the context window
@@ -47,6 +77,14 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     min_tokens: int = 0  # EOS cannot be sampled before this many output tokens
+    # Output that must follow a grammar (min_tokens does not apply: the grammar says
+    # when it may end). None: free text.
+    constraint: Constraint | None = None
+    # Log-probabilities of each sampled token and of its `logprobs` best alternatives
+    # (0-20; 0: the sampled token's alone). None: not computed at all.
+    logprobs: int | None = None
+    # (token id, bias) pairs added to the logits before sampling.
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         # The API validates these with messages for users; this guards the engine's
@@ -56,6 +94,10 @@ class SamplingParams:
         assert 0.0 < self.top_p <= 1.0, f"top_p {self.top_p} not in (0, 1]"
         assert self.top_k >= 0, f"top_k {self.top_k} < 0"
         assert 0 <= self.min_tokens <= self.max_tokens, f"min_tokens {self.min_tokens} out of range"
+        assert self.logprobs is None or 0 <= self.logprobs <= MAX_TOP_LOGPROBS, (
+            f"logprobs {self.logprobs} not in [0, {MAX_TOP_LOGPROBS}]"
+        )
+        assert all(math.isfinite(b) for _, b in self.logit_bias), "logit_bias not finite"
 
     @property
     def greedy(self) -> bool:
@@ -82,13 +124,32 @@ class RequestClock:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float  # natural log, finite
+
+
+@dataclass(frozen=True, slots=True)
+class SampledLogprobs:
+    """One generated token's log-probability and its best alternatives (most likely
+    first, at most SamplingParams.logprobs of them, only tokens with a chance), read
+    from the distribution it was drawn from (see engine/sampler.py)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[TokenLogprob, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEvent:
     """New output: `text` is safe to show (never half a UTF-8 character, never
-    part of a stop string); it may be empty while text is held back."""
+    part of a stop string); it may be empty while text is held back. `logprobs` is
+    one record per token id when the request asked for them, else empty."""
 
     text: str
     token_ids: tuple[int, ...]
     token_ts: float
+    logprobs: tuple[SampledLogprobs, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from vigil.engine.grammar import CompiledGrammar, GrammarMasks, GrammarMatcher
 from vigil.engine.kernels import paged_attention_ext
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model.attention import AttentionMetadata, DecodeKernel, PrefillSpan
-from vigil.engine.request import RequestId
-from vigil.engine.sampler import make_generator, sample
+from vigil.engine.request import RequestId, SampledLogprobs
+from vigil.engine.sampler import GrammarRows, make_generator, sample
 from vigil.engine.scheduler import BlockCopy, ScheduledSeq, StepPlan
 from vigil.engine.sequence import Sequence
 from vigil.engine.threads import StepThreads, use_threads
@@ -28,7 +29,10 @@ class StepResult:
     sampled: dict[RequestId, int]
     prepare_s: float
     forward_s: float
-    sample_s: float
+    sample_s: float  # grammar masks and matcher updates included
+    logprobs: dict[RequestId, SampledLogprobs] = field(default_factory=dict)
+    # Constrained sequences whose grammar is complete after this step's token.
+    grammar_done: set[RequestId] = field(default_factory=set)
 
 
 def kv_bytes_per_token(lm: LanguageModel) -> int:
@@ -57,17 +61,24 @@ class ModelRunner:
             device=lm.device,
         )
         self._generators: dict[RequestId, torch.Generator] = {}
+        self._matchers: dict[RequestId, GrammarMatcher] = {}
+        self._masks = GrammarMasks(cfg.vocab_size)
         self._eos_ids = sorted(lm.tokenizer.eos_token_ids)
         self._decode_kernel: DecodeKernel | None = None
         if native_attention and self.device.type == "cpu" and lm.dtype == torch.float32:
             ext = paged_attention_ext()
             self._decode_kernel = ext.paged_decode_attention if ext is not None else None
 
-    def add_request(self, request_id: RequestId, seed: int | None) -> None:
+    def add_request(
+        self, request_id: RequestId, seed: int | None, grammar: CompiledGrammar | None = None
+    ) -> None:
         self._generators[request_id] = make_generator(seed, self.device)
+        if grammar is not None:
+            self._matchers[request_id] = grammar.matcher()
 
     def remove_request(self, request_id: RequestId) -> None:
         self._generators.pop(request_id, None)
+        self._matchers.pop(request_id, None)
 
     @torch.inference_mode()
     def copy_tokens(self, copies: Seq[BlockCopy]) -> None:
@@ -120,19 +131,54 @@ class ModelRunner:
         logits = self.lm.model.compute_logits(hidden[self._tensor(sample_rows)])
         self._ban_early_eos(logits, sampling)
         t2 = time.perf_counter()
-        tokens = sample(
+        grammar = self._grammar_rows(sampling)
+        out = sample(
             logits,
             [s.request.params for s in sampling],
             [self._generators.get(s.request_id) for s in sampling],
+            grammar,
         )
-        t3 = time.perf_counter()
-        sampled = {s.request_id: tok for s, tok in zip(sampling, tokens, strict=True)}
-        return StepResult(sampled, t1 - t0, t2 - t1, t3 - t2)
+        result = StepResult(
+            {s.request_id: tok for s, tok in zip(sampling, out.token_ids, strict=True)},
+            t1 - t0,
+            t2 - t1,
+            0.0,
+        )
+        for s, lp in zip(sampling, out.logprobs, strict=True):
+            if lp is not None:
+                result.logprobs[s.request_id] = lp
+        if grammar is not None:
+            for row, matcher in zip(grammar.rows, grammar.matchers, strict=True):
+                matcher.advance(out.token_ids[row])
+                if matcher.is_stopped:
+                    result.grammar_done.add(sampling[row].request_id)
+        result.sample_s = time.perf_counter() - t2
+        return result
+
+    def _grammar_rows(self, sampling: list[Sequence]) -> GrammarRows | None:
+        if not self._matchers:
+            return None  # no constrained sequence in the engine: no work at all
+        rows, matchers = [], []
+        for i, s in enumerate(sampling):
+            matcher = self._matchers.get(s.request_id)
+            if matcher is not None:
+                # Preemption keeps output_ids and the matcher together: they must agree.
+                assert matcher.num_tokens == len(s.output_ids), (
+                    f"{s.request_id}: matcher at {matcher.num_tokens} tokens, "
+                    f"sequence at {len(s.output_ids)}"
+                )
+                rows.append(i)
+                matchers.append(matcher)
+        return GrammarRows(self._masks, rows, matchers) if rows else None
 
     def _ban_early_eos(self, logits: torch.Tensor, sampling: list[Sequence]) -> None:
-        """Rows still below their min_tokens cannot pick an end-of-sequence token."""
+        """Rows still below their min_tokens cannot pick an end-of-sequence token
+        (constrained rows excepted: their grammar says when they may end)."""
         rows = [
-            i for i, s in enumerate(sampling) if len(s.output_ids) < s.request.params.min_tokens
+            i
+            for i, s in enumerate(sampling)
+            if len(s.output_ids) < s.request.params.min_tokens
+            and s.request.params.constraint is None
         ]
         if rows and self._eos_ids:
             logits[torch.tensor(rows).unsqueeze(1), torch.tensor(self._eos_ids)] = float("-inf")

@@ -19,7 +19,7 @@ def params(**kwargs: float | int) -> SamplingParams:
 def draws(logits: torch.Tensor, p: SamplingParams, seed: int, n: int) -> list[int]:
     """n tokens drawn from one logits row with one seeded generator."""
     gen = make_generator(seed, CPU)
-    return [sample(logits[None], [p], [gen])[0] for _ in range(n)]
+    return [sample(logits[None], [p], [gen]).token_ids[0] for _ in range(n)]
 
 
 def random_logits(rows: int, vocab: int = 50, seed: int = 0) -> torch.Tensor:
@@ -28,14 +28,14 @@ def random_logits(rows: int, vocab: int = 50, seed: int = 0) -> torch.Tensor:
 
 def test_greedy_is_argmax() -> None:
     logits = random_logits(6)
-    tokens = sample(logits, [params(temperature=0.0)] * 6, [None] * 6)
+    tokens = sample(logits, [params(temperature=0.0)] * 6, [None] * 6).token_ids
     assert tokens == logits.argmax(-1).tolist()
 
 
 def test_greedy_rows_need_no_generator_beside_random_rows() -> None:
     logits = random_logits(3)
     mixed = [params(temperature=0.0), params(temperature=1.0), params(top_k=1)]
-    tokens = sample(logits, mixed, [None, make_generator(7, CPU), None])
+    tokens = sample(logits, mixed, [None, make_generator(7, CPU), None]).token_ids
     assert tokens[0] == int(logits[0].argmax()) and tokens[2] == int(logits[2].argmax())
 
 
@@ -59,7 +59,7 @@ def test_seeded_row_draws_the_same_whatever_shares_its_batch() -> None:
     p = params(temperature=1.0)
     alone = draws(logits[1], p, seed=9, n=20)
     gens = [make_generator(1, CPU), make_generator(9, CPU), make_generator(2, CPU)]
-    batched = [sample(logits, [p] * 3, gens)[1] for _ in range(20)]
+    batched = [sample(logits, [p] * 3, gens).token_ids[1] for _ in range(20)]
     assert batched == alone
 
 
