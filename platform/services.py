@@ -27,9 +27,9 @@ from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
-from vigil.platform.gateway.generation import GenerationService
 from vigil.platform.gateway.lease import LoadBook
 from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
+from vigil.platform.gateway.pipeline import GenerationService
 from vigil.platform.gateway.rate_limits import KeyRateLimits
 from vigil.platform.gateway.readiness import VersionState, version_error, version_states
 from vigil.platform.gateway.router import Router

@@ -289,11 +289,6 @@ class FakeWorkers:
             RequestClock(time.monotonic()),
             request.deadline_ts,
         )
-        if isinstance(engine, AsyncLLMEngine):
-            try:
-                engine.check_request(own)
-            except RequestRejected as exc:
-                raise InvalidRequest(str(exc), code="context_length_exceeded") from exc
         return self._events(engine, own, request)
 
     async def _events(

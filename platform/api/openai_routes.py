@@ -12,6 +12,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.response import Stream
 
 from vigil.platform.api.body import decode_body
+from vigil.platform.api.generations import start_generation
 from vigil.platform.api.openai_schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -38,7 +39,7 @@ from vigil.platform.api.streaming import (
 from vigil.platform.errors import ModelNotFound, VigilError
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.embeddings import EmbeddingService
-from vigil.platform.gateway.generation import GenerationService
+from vigil.platform.gateway.pipeline import GenerationService
 from vigil.platform.gateway.serving import ServingView
 from vigil.platform.settings import ServeSettings
 
@@ -94,7 +95,7 @@ class OpenAIController(Controller):
         settings: ServeSettings,
     ) -> Response[ChatCompletion] | Response[None] | Stream:
         data = decode_body(await request.body(), ChatCompletionRequest)
-        started = await generation.start(data.params(), principal, time.monotonic())
+        started = await start_generation(generation, data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
             chunks = chat_chunks(started, data.include_usage, settings.sse_keepalive_s)
@@ -118,7 +119,7 @@ class OpenAIController(Controller):
         settings: ServeSettings,
     ) -> Response[Completion] | Response[None] | Stream:
         data = decode_body(await request.body(), CompletionRequest)
-        started = await generation.start(data.params(), principal, time.monotonic())
+        started = await start_generation(generation, data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
             chunks = completion_chunks(started, data.include_usage, settings.sse_keepalive_s)

@@ -80,10 +80,9 @@ async def _generate(
         RequestClock(now),
         None if wait is None else now + wait,
     )
-    try:
-        engine.check_request(request)
-    except RequestRejected as exc:
-        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
+    # Fitted to this engine's context by the gateway (gateway/prompt.py), from the limits
+    # this worker reports; the engine's own check ends a request that does not fit
+    # (an engine restarted smaller since) with an error event.
     slot.in_flight += 1
 
     async def lines() -> AsyncIterator[bytes]:
