@@ -53,7 +53,7 @@ from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
 from vigil.platform.services import Services, build_services
 from vigil.platform.settings import ServeSettings
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.worker import (
     CostsWire,
     EmbedResult,
     Heartbeat,

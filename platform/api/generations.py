@@ -4,7 +4,6 @@ version, replica, admission, fallback) noted from what `start()` returned, once.
 
 from __future__ import annotations
 
-from vigil.engine.request import Priority
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.generation import Generation, Routed, Shed
 from vigil.platform.gateway.params import ChatPrompt, GenerationParams
@@ -17,7 +16,7 @@ async def start_generation(
 ) -> Generation:
     context = current()
     if context is not None:
-        _describe(context, params, principal.priority)
+        _describe(context, params, principal)
     try:
         generation = await service.start(params, principal, arrival_ts, context)
     except Shed as exc:
@@ -29,8 +28,9 @@ async def start_generation(
     return generation
 
 
-def _describe(context: RequestContext, params: GenerationParams, priority: Priority) -> None:
+def _describe(context: RequestContext, params: GenerationParams, principal: Principal) -> None:
     """What the request asks."""
+    priority = principal.priority
     context.request_id = params.request_id
     context.note(priority=priority.label)
     if context.trace is not None:

@@ -9,21 +9,17 @@ from litestar import Controller, Request, post
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException
 
-from vigil.platform.errors import Unauthorized
 from vigil.platform.services import Services
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.worker import (
     Assignment,
     Heartbeat,
     RegisterRequest,
-    carries_token,
+    require_worker_token,
 )
 
 
 async def _worker_token(request: Request[Any, Any, Any], services: Services) -> None:
-    if not carries_token(request.headers.get("authorization"), services.worker_token):
-        raise Unauthorized(
-            "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
-        )
+    require_worker_token(request.headers.get("authorization"), services.worker_token)
 
 
 class WorkerController(Controller):

@@ -12,7 +12,7 @@ from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.link import WorkerLink, WorkerUnreachable
 from vigil.platform.gateway.serving import ServingView
 from vigil.platform.telemetry.recorder import RequestRecorder
-from vigil.platform.worker.protocol import EmbedResult
+from vigil.platform.wire.worker import EmbedResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,27 @@ from vigil.engine.request import (
     FinishReason,
     GenerationRequest,
     RequestId,
+    TokenEvent,
 )
 from vigil.platform.errors import EngineFailed, QueueTimeout, RateLimited, VigilError
 from vigil.platform.gateway.admission import Admission
 from vigil.platform.gateway.lease import Lease
 from vigil.platform.gateway.link import Events
+
+# The events a started generation yields are the engine's own records; the API reads
+# them from here, so that it depends on the gateway and not on the engine.
+__all__ = [
+    "Decided",
+    "EngineEvent",
+    "FinishEvent",
+    "FinishReason",
+    "Generation",
+    "Route",
+    "Routed",
+    "Shed",
+    "TokenEvent",
+    "finish_error",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from vigil.engine.request import (
 )
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable, VigilError
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S, Replica
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.worker import (
     EmbedCall,
     EmbedResult,
     FinishWire,

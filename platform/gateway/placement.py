@@ -18,7 +18,7 @@ from vigil.platform.gateway.prefixes import PrefixMemory, block_hashes
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import engine_key
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
-from vigil.platform.worker.protocol import SlotLimits, stats_of
+from vigil.platform.wire.worker import SlotLimits, stats_of
 
 
 @dataclass(frozen=True, slots=True)

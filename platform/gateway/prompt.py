@@ -25,7 +25,7 @@ from vigil.platform.gateway.params import (
     TextPrompt,
     TokenPrompt,
 )
-from vigil.platform.worker.protocol import SlotLimits
+from vigil.platform.wire.worker import SlotLimits
 
 
 def check_prompt_size(prompt: Prompt, max_chars: int, param: str) -> None:

@@ -33,23 +33,23 @@ from vigil.engine.request import (
     RequestId,
     TokenEvent,
 )
-from vigil.platform.api.errors import EXCEPTION_HANDLERS
-from vigil.platform.errors import InvalidRequest, ServiceUnavailable, Unauthorized
+from vigil.platform.errors import InvalidRequest, ServiceUnavailable
 from vigil.platform.lifecycle import DrainingServer
 from vigil.platform.settings import WorkerSettings
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.telemetry.tracing import WorkerSpans
-from vigil.platform.worker.gateways import GatewayLinks
-from vigil.platform.worker.keepalive import KEEPALIVE_S, with_keepalive
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.errors import EXCEPTION_HANDLERS
+from vigil.platform.wire.worker import (
     EmbedCall,
     EmbedResult,
     FinishWire,
     GenerateCall,
     TokenWire,
-    carries_token,
+    require_worker_token,
     sampling_params,
 )
+from vigil.platform.worker.gateways import GatewayLinks
+from vigil.platform.worker.keepalive import KEEPALIVE_S, with_keepalive
 from vigil.platform.worker.runtime import (
     WorkerRuntime,
     configure_torch,
@@ -147,10 +147,7 @@ def build_worker_app(
     """`spans`: when given, each generation joins its caller's trace with a span."""
 
     async def guard(request: Request[Any, Any, Any]) -> None:
-        if not carries_token(request.headers.get("authorization"), token):
-            raise Unauthorized(
-                "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
-            )
+        require_worker_token(request.headers.get("authorization"), token)
 
     @post("/internal/generate", status_code=200)
     async def generate(data: GenerateCall, _auth: None, request: Request[Any, Any, Any]) -> Stream:

@@ -25,6 +25,7 @@ from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.request import SamplingParams
 from vigil.engine.stats import EngineStats
 from vigil.platform.control.specs import VersionRef
+from vigil.platform.errors import Unauthorized
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
 
 
@@ -182,8 +183,11 @@ def stats_of(wire: dict[str, Any]) -> EngineStats:
     return EngineStats(**wire, last_step=None)
 
 
-def carries_token(authorization: str | None, token: str) -> bool:
-    """Whether a call's Authorization header is `Bearer <token>`, compared in constant
-    time so that its timing tells nothing about how much of a guess was right."""
+def require_worker_token(authorization: str | None, token: str) -> None:
+    """Every worker call, either way, carries `Bearer <token>`: compared in constant time
+    so that its timing tells nothing about how much of a guess was right."""
     expected = f"Bearer {token}".encode()
-    return hmac.compare_digest((authorization or "").encode(), expected)
+    if not hmac.compare_digest((authorization or "").encode(), expected):
+        raise Unauthorized(
+            "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
+        )
