@@ -40,8 +40,8 @@ from vigil.platform.wire.worker import (
     EmbedResult,
     FinishWire,
     GenerateCall,
+    SamplingWire,
     TokenWire,
-    params_wire,
 )
 
 _EVENTS = msgspec.json.Decoder(TokenWire | FinishWire)
@@ -102,7 +102,7 @@ class HttpWorkerLink:
             slot=slot,
             request_id=request.request_id,
             prompt_ids=request.prompt_ids,
-            params=params_wire(request.params),
+            params=SamplingWire.of(request.params),
             priority=int(request.priority),
             max_queue_wait_s=None if deadline is None else max(0.0, deadline - time.monotonic()),
         )

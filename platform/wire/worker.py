@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 from typing import Any, Literal
 
+import msgspec
 from msgspec import Struct
 
 from vigil.engine.bundled import ModelFormat, ModelKind
@@ -118,7 +119,8 @@ class SlotReport(Struct):
     progress: float = 0.0  # 0-1 while loading
     error: str | None = None
     limits: SlotLimits | None = None
-    stats: dict[str, Any] | None = None  # EngineStats as a dict (generation slots)
+    # EngineStats as a dict (generation slots), as the console and replica records read it.
+    stats: dict[str, Any] | None = None
     # Generation slots, ready: what its steps cost, for admission, routing and plans.
     costs: CostsWire | None = None
 
@@ -127,11 +129,48 @@ class Heartbeat(Struct):
     slots: list[SlotReport]
 
 
+class SamplingWire(Struct, frozen=True):
+    """A request's sampling (engine.request.SamplingParams)."""
+
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    ignore_eos: bool
+    min_tokens: int
+
+    @classmethod
+    def of(cls, p: SamplingParams) -> SamplingWire:
+        return cls(
+            p.max_tokens,
+            p.temperature,
+            p.top_k,
+            p.top_p,
+            p.seed,
+            p.stop,
+            p.ignore_eos,
+            p.min_tokens,
+        )
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(*msgspec.structs.astuple(self))
+
+
+def stats_wire(stats: EngineStats) -> dict[str, Any]:
+    return {f: getattr(stats, f) for f in EngineStats.__dataclass_fields__ if f != "last_step"}
+
+
+def stats_of(wire: dict[str, Any]) -> EngineStats:
+    return EngineStats(**wire, last_step=None)
+
+
 class GenerateCall(Struct):
     slot: str
     request_id: str
     prompt_ids: list[int]
-    params: dict[str, Any]  # SamplingParams fields
+    params: SamplingWire
     priority: int
     max_queue_wait_s: float | None  # relative: worker and gateway clocks differ
 
@@ -163,24 +202,6 @@ class EmbedCall(Struct):
 class EmbedResult(Struct):
     vectors: list[list[float]]
     num_tokens: int
-
-
-def sampling_params(fields: dict[str, Any]) -> SamplingParams:
-    fields = dict(fields)
-    fields["stop"] = tuple(fields.get("stop", ()))
-    return SamplingParams(**fields)
-
-
-def params_wire(params: SamplingParams) -> dict[str, Any]:
-    return {f: getattr(params, f) for f in SamplingParams.__dataclass_fields__}
-
-
-def stats_wire(stats: EngineStats) -> dict[str, Any]:
-    return {f: getattr(stats, f) for f in EngineStats.__dataclass_fields__ if f != "last_step"}
-
-
-def stats_of(wire: dict[str, Any]) -> EngineStats:
-    return EngineStats(**wire, last_step=None)
 
 
 def require_worker_token(authorization: str | None, token: str) -> None:

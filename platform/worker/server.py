@@ -46,7 +46,6 @@ from vigil.platform.wire.worker import (
     GenerateCall,
     TokenWire,
     require_worker_token,
-    sampling_params,
 )
 from vigil.platform.worker.gateways import GatewayLinks
 from vigil.platform.worker.keepalive import KEEPALIVE_S, with_keepalive
@@ -75,7 +74,7 @@ async def _generate(
     request = GenerationRequest(
         RequestId(data.request_id),
         data.prompt_ids,
-        sampling_params(data.params),
+        data.params.params(),
         Priority(data.priority),
         RequestClock(now),
         None if wait is None else now + wait,
