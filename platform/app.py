@@ -26,9 +26,10 @@ from vigil.platform.api.observe import observe_requests
 from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.gateway.auth import Principal
+from vigil.platform.gateway.fleet import REPLICA_WRITE_S
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
 from vigil.platform.planning.service import PlanService
-from vigil.platform.services import REPLICA_WRITE_S, Services, live_gauges, sample_deployments
+from vigil.platform.services import Services, live_gauges, sample_deployments
 from vigil.platform.wire.errors import EXCEPTION_HANDLERS
 from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.router import console_router, console_stores

@@ -383,7 +383,7 @@ async def _beat(workers: FakeWorkers, services: Services) -> None:
     """Heartbeats, and what the gateway does on each (records version states)."""
     while True:
         workers.beat()
-        await services.on_workers_changed()
+        await services.fleet.on_workers_changed()
         await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
 

@@ -30,8 +30,8 @@ class WorkerController(Controller):
     @post("/register", status_code=200)
     async def register(self, data: RegisterRequest, services: Services, _auth: None) -> Assignment:
         services.workers.register(data)
-        await services.record_replica(data.worker_id, registering=True)
-        await services.on_workers_changed()
+        await services.fleet.record_replica(data.worker_id, registering=True)
+        await services.fleet.on_workers_changed()
         return Assignment(services.view.desired_slots())
 
     @post("/{worker_id:str}/heartbeat", status_code=200)
@@ -40,6 +40,6 @@ class WorkerController(Controller):
     ) -> Assignment:
         if not services.workers.heartbeat(worker_id, data):
             raise NotFoundException(f"unknown worker {worker_id}: register again")
-        await services.record_replica(worker_id)
-        await services.on_workers_changed()
+        await services.fleet.record_replica(worker_id)
+        await services.fleet.on_workers_changed()
         return Assignment(services.view.desired_slots())
