@@ -202,7 +202,9 @@ def build_services(
         tokenizers=tokenizers,
         loads=loads,
         generation=generation,
-        embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
+        embedding=EmbeddingService(
+            view, link, generation.placer, recorder, settings.max_prompt_chars
+        ),
         db=db,
         auth=Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(counts)),
         http=http,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import time
-import uuid
 from typing import Any
 
 import numpy as np
@@ -153,7 +152,7 @@ class OpenAIController(Controller):
             usage=EmbeddingUsage(result.num_tokens, result.num_tokens),
         )
         headers = {
-            "x-request-id": f"embd-{uuid.uuid4().hex}",
+            "x-request-id": result.request_id,
             "x-vigil-served-by": result.served_by,
         }
         return Response(body, headers=headers)

@@ -84,6 +84,12 @@ def replica_load(replica: Replica, key: str, counts: ReplicaCounts) -> ReplicaLo
     )
 
 
+def embedder_load(replica: Replica, counts: ReplicaCounts) -> ReplicaLoad:
+    """An embedder reports no batch limits: the router weighs what the gateway has in
+    flight there."""
+    return ReplicaLoad(replica.id, counts.num_in_flight, 1, 0.0)
+
+
 class Placer:
     def __init__(self, workers: WorkerRegistry, router: Router, loads: LoadBook) -> None:
         self.workers = workers
@@ -102,6 +108,12 @@ class Placer:
         counts = self.loads.replica_counts(key)
         loads = [replica_load(r, key, counts.get(r.id, ReplicaCounts())) for r in replicas]
         chosen = self.router.choose(key, loads, prefix_key(ids))
+        return next(r for r in replicas if r.id == chosen.replica)
+
+    def choose_embedder(self, key: str, replicas: list[Replica]) -> Replica:
+        counts = self.loads.replica_counts(key)
+        loads = [embedder_load(r, counts.get(r.id, ReplicaCounts())) for r in replicas]
+        chosen = self.router.choose(key, loads, None)
         return next(r for r in replicas if r.id == chosen.replica)
 
     def placement(
