@@ -38,7 +38,13 @@ from vigil.platform.gateway.placement import (
     engine_for,
     limits_of,
 )
-from vigil.platform.gateway.prompt import check_prompt_size, fit_to, sampling, tokenize
+from vigil.platform.gateway.prompt import (
+    check_min_tokens,
+    check_prompt_size,
+    fit_to,
+    sampling,
+    tokenize,
+)
 from vigil.platform.gateway.router import Router
 from vigil.platform.gateway.serving import ServingView, engine_key
 from vigil.platform.gateway.shadow import PRIORITY as SHADOW_PRIORITY
@@ -83,36 +89,18 @@ class GenerationService:
         """The request admitted and taken by a worker, or the error that says why not
         (`Shed` for a request admission turned away). `context`: the API request's, which
         the request's trace and lease carry."""
-        spec = self.view.deployment(params.model)
-        if not principal.may_use(spec.name):
-            raise PermissionDenied(
-                f"This API key may not use the model '{params.model}'.",
-                param="model",
-                code="model_not_allowed",
-            )
+        spec = self._resolve(params.model, principal)
         check_prompt_size(params.prompt, self.max_prompt_chars, params.prompt_param)
         priority = principal.priority
         place, decisions, route = await self._admit(spec, params, priority)
         admission = decisions[-1].admission
-        routed = Routed(
-            place.spec.name,
-            place.version.key,
-            place.replica.id,
-            place.spec.slo.ttft_p99_s,
-            route,
-            decisions,
-        )
+        routed = _routed(place, route, decisions)
         if admission.verdict is Verdict.SHED:
             log.info(
                 "shed %s on %s: %s", params.request_id, place.spec.name, admission.reason.value
             )
             raise Shed(shed_error(place.spec, admission), routed)
-        if params.min_tokens > place.max_tokens:
-            raise InvalidRequest(
-                f"min_tokens ({params.min_tokens}) is over the {place.max_tokens} tokens this "
-                "request may generate; lower min_tokens.",
-                param="min_tokens",
-            )
+        check_min_tokens(params, place.max_tokens)
         request = _request(params, place, priority, arrival_ts)
         send = self.dispatcher.send
         lease, events = await send(place, request, admission.predicted_ttft_s, context)
@@ -120,6 +108,18 @@ class GenerationService:
             self.shadows.mirror(spec, params, self._shadow)
         routed = dataclasses.replace(routed, replica=lease.replica)  # after any retry
         return Generation(lease, request, events, _served_by(place.version), routed)
+
+    def _resolve(self, model: str, principal: Principal) -> DeploymentSpec:
+        """The deployment asked for: 404 when there is none, 403 when the key may not
+        use it."""
+        spec = self.view.deployment(model)
+        if not principal.may_use(spec.name):
+            raise PermissionDenied(
+                f"This API key may not use the model '{model}'.",
+                param="model",
+                code="model_not_allowed",
+            )
+        return spec
 
     async def _shadow(self, spec: DeploymentSpec, params: GenerationParams) -> None:
         """A mirrored copy of a request on the deployment's shadow version, read to its
@@ -209,6 +209,13 @@ def _request(
         priority=priority,
         clock=RequestClock(arrival_ts),
         deadline_ts=arrival_ts + place.spec.limits[priority].max_queue_wait_s,
+    )
+
+
+def _routed(place: Placement, route: Route, decisions: tuple[Decided, ...]) -> Routed:
+    spec = place.spec
+    return Routed(
+        spec.name, place.version.key, place.replica.id, spec.slo.ttft_p99_s, route, decisions
     )
 
 

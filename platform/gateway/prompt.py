@@ -129,6 +129,15 @@ def fit_to(
     return max_tokens
 
 
+def check_min_tokens(params: GenerationParams, max_tokens: int) -> None:
+    if params.min_tokens > max_tokens:
+        raise InvalidRequest(
+            f"min_tokens ({params.min_tokens}) is over the {max_tokens} tokens this "
+            "request may generate; lower min_tokens.",
+            param="min_tokens",
+        )
+
+
 def fit(num_prompt_tokens: int, params: GenerationParams, limit: ContextLimit) -> int:
     """The context rule, its refusal naming the request's own field."""
     try:
