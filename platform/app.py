@@ -20,7 +20,6 @@ from litestar.template import TemplateConfig
 import vigil.web
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
 from vigil.platform.api.body import BodyRequest
-from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.api.health import healthz, metrics, readyz
 from vigil.platform.api.internal import WorkerController
 from vigil.platform.api.observe import observe_requests
@@ -28,9 +27,11 @@ from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
 from vigil.platform.api.security_headers import secure_answers
 from vigil.platform.gateway.auth import Principal
+from vigil.platform.gateway.fleet import REPLICA_WRITE_S
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
 from vigil.platform.planning.service import PlanService
-from vigil.platform.services import REPLICA_WRITE_S, Services, live_gauges, sample_deployments
+from vigil.platform.services import Services, live_gauges, sample_deployments
+from vigil.platform.wire.errors import EXCEPTION_HANDLERS
 from vigil.platform.worker.supervisor import LocalWorkers
 from vigil.web.router import console_router, console_stores
 

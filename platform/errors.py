@@ -1,7 +1,7 @@
 """The errors Vigil raises for a request it will not serve: one hierarchy for every part.
 
 A part raises what went wrong in its own words (the field to fix, a stable code, when
-to retry); nothing here knows HTTP. `vigil.platform.api.errors` maps each kind to a
+to retry); nothing here knows HTTP. `vigil.platform.wire.errors` maps each kind to a
 status and OpenAI's error body, in one place.
 """
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import secrets
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -21,17 +20,15 @@ from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.ownership import LoopOwnership
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.control.replicas.records import ReplicaReport
-from vigil.platform.control.specs import DeploymentSpec, VersionRef
-from vigil.platform.control.versions.records import VersionStatus
+from vigil.platform.control.specs import DeploymentSpec
 from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
-from vigil.platform.gateway.generation import GenerationService
+from vigil.platform.gateway.fleet import FleetBook
 from vigil.platform.gateway.lease import LoadBook
 from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
+from vigil.platform.gateway.pipeline import GenerationService
 from vigil.platform.gateway.rate_limits import KeyRateLimits
-from vigil.platform.gateway.readiness import VersionState, version_error, version_states
 from vigil.platform.gateway.router import Router
 from vigil.platform.gateway.serving import LONG_POOL_SUFFIX, ServingView
 from vigil.platform.gateway.shadow import ShadowMirror
@@ -59,19 +56,13 @@ from vigil.platform.telemetry.tracing import Tracing, build_tracing
 
 log = logging.getLogger(__name__)
 
-REPLICA_WRITE_S = 5.0
-_STATUS = {
-    "loading": VersionStatus.LOADING,
-    "ready": VersionStatus.READY,
-    "failed": VersionStatus.FAILED,
-}
-
 
 @dataclass(slots=True)
 class Services:
     settings: ServeSettings
     registry: CollectorRegistry
     workers: WorkerRegistry
+    fleet: FleetBook  # what the workers report, kept in the control plane
     live: LiveSeries
     view: ServingView
     tokenizers: TokenizerCache
@@ -94,9 +85,6 @@ class Services:
     series: DeploymentSeries  # the console's live charts, per deployment
     tracing: Tracing | None  # None: tracing off
     draining: bool = False  # SIGTERM: /readyz fails while running requests finish
-    _recorded: dict[str, str] = field(default_factory=dict)  # version key -> state in db
-    _kept_from: set[str] = field(default_factory=set)  # failed stables served around
-    _replica_writes: dict[str, float] = field(default_factory=dict)  # id -> last db write
 
     async def load_serving_view(self) -> None:
         """Seed the bundled models, apply the deployments file, then serve what the
@@ -132,85 +120,6 @@ class Services:
         for version in self.view.versions_in_use():
             if version.kind is ModelKind.GENERATE:
                 self.tokenizers.get(version)  # start loading early
-
-    async def record_replica(self, worker_id: str, registering: bool = False) -> None:
-        """Keep the replicas table current: at registration, then every few seconds."""
-        replica = self.workers.replicas.get(worker_id)
-        now = time.monotonic()
-        if replica is None or (
-            not registering and now - self._replica_writes.get(worker_id, 0.0) < REPLICA_WRITE_S
-        ):
-            return
-        self._replica_writes[worker_id] = now
-        report = ReplicaReport(
-            id=replica.id,
-            address=replica.address,
-            device=replica.device,
-            memory_bytes=replica.memory_bytes,
-            versions=tuple(k for k, r in replica.slots.items() if r.state == "ready"),
-            stats={k: r.stats for k, r in replica.slots.items() if r.stats},
-        )
-        try:
-            if registering:
-                await self.plane.replicas.register(report)
-            else:
-                await self.plane.replicas.heartbeat(report)
-        except Exception:  # serving goes on when the database is unreachable
-            log.exception("could not record replica %s", worker_id)
-
-    async def on_workers_changed(self) -> None:
-        """Record version states that changed (ready on some worker, failed on all), and
-        keep a deployment whose stable version failed everywhere on the one before it."""
-        states = version_states(self.view, self.tokenizers)
-        for version in self.view.versions_in_use():
-            state = states.get(version.key, "loading")
-            if self._recorded.get(version.key) != state:
-                self._recorded[version.key] = state
-                await self._record(version, state)
-        for spec in list(self.view.deployments.values()):
-            serving = self.view.serving(spec)
-            if serving == spec.stable and states.get(serving.key) is VersionState.FAILED:
-                await self._serve_previous(spec)
-
-    async def _serve_previous(self, spec: DeploymentSpec) -> None:
-        """A stable version that loads nowhere (its file gone, say, after a restart) would
-        leave the deployment answering 503: the version it replaced serves instead, once
-        loaded, until an operator acts. Tried once per failed version."""
-        if spec.stable.key in self._kept_from:
-            return
-        self._kept_from.add(spec.stable.key)
-        try:
-            previous = await self.plane.deployments.previous_stable(spec.name)
-        except Exception:  # serving goes on when the database is unreachable
-            log.exception("could not read the history of %s", spec.name)
-            return
-        if previous is None:
-            log.error("%s: stable version %s failed to load everywhere", spec.name, spec.stable.key)
-            return
-        log.error(
-            "%s: stable version %s failed to load everywhere (%s); serving %s, the version "
-            "it replaced, until an operator acts",
-            spec.name,
-            spec.stable.key,
-            version_error(self.view, self.tokenizers, spec.stable.key),
-            previous.key,
-        )
-        self.view.serve_instead(spec.name, previous)
-
-    async def _record(self, version: VersionRef, state: str) -> None:
-        error = version_error(self.view, self.tokenizers, version.key)
-        try:
-            await self.plane.versions.record(
-                model=version.model,
-                version=version.version,
-                kind=version.kind.value,
-                format=version.format.value,
-                source=version.artifact,
-                status=_STATUS[state],
-                error=error,
-            )
-        except Exception:  # serving goes on when the database is unreachable
-            log.exception("could not record the state of %s", version.key)
 
 
 def build_services(
@@ -287,12 +196,15 @@ def build_services(
         settings=settings,
         registry=registry,
         workers=workers,
+        fleet=FleetBook(workers, view, tokenizers, plane),
         live=live,
         view=view,
         tokenizers=tokenizers,
         loads=loads,
         generation=generation,
-        embedding=EmbeddingService(view, link, recorder, settings.max_prompt_chars),
+        embedding=EmbeddingService(
+            view, link, generation.placer, recorder, settings.max_prompt_chars
+        ),
         db=db,
         auth=Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(counts)),
         http=http,

@@ -53,7 +53,7 @@ from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
 from vigil.platform.services import Services, build_services
 from vigil.platform.settings import ServeSettings
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.worker import (
     CostsWire,
     EmbedResult,
     Heartbeat,
@@ -289,11 +289,6 @@ class FakeWorkers:
             RequestClock(time.monotonic()),
             request.deadline_ts,
         )
-        if isinstance(engine, AsyncLLMEngine):
-            try:
-                engine.check_request(own)
-            except RequestRejected as exc:
-                raise InvalidRequest(str(exc), code="context_length_exceeded") from exc
         return self._events(engine, own, request)
 
     async def _events(
@@ -388,7 +383,7 @@ async def _beat(workers: FakeWorkers, services: Services) -> None:
     """Heartbeats, and what the gateway does on each (records version states)."""
     while True:
         workers.beat()
-        await services.on_workers_changed()
+        await services.fleet.on_workers_changed()
         await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
 

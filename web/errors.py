@@ -15,8 +15,8 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Redirect
 from litestar.types import ExceptionHandlersMap
 
-from vigil.platform.api.errors import http_status
 from vigil.platform.errors import VigilError
+from vigil.platform.wire.errors import http_status
 from vigil.web.auth import NotSignedIn
 from vigil.web.render import flash, is_htmx, render
 

@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 import msgspec
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from vigil.platform.api.errors import error_body
 from vigil.platform.settings import EdgeSettings
+from vigil.platform.wire.errors import error_body
 
 access_log = logging.getLogger("vigil.access")
 

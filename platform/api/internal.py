@@ -9,21 +9,17 @@ from litestar import Controller, Request, post
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException
 
-from vigil.platform.errors import Unauthorized
 from vigil.platform.services import Services
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.worker import (
     Assignment,
     Heartbeat,
     RegisterRequest,
-    carries_token,
+    require_worker_token,
 )
 
 
 async def _worker_token(request: Request[Any, Any, Any], services: Services) -> None:
-    if not carries_token(request.headers.get("authorization"), services.worker_token):
-        raise Unauthorized(
-            "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
-        )
+    require_worker_token(request.headers.get("authorization"), services.worker_token)
 
 
 class WorkerController(Controller):
@@ -34,8 +30,8 @@ class WorkerController(Controller):
     @post("/register", status_code=200)
     async def register(self, data: RegisterRequest, services: Services, _auth: None) -> Assignment:
         services.workers.register(data)
-        await services.record_replica(data.worker_id, registering=True)
-        await services.on_workers_changed()
+        await services.fleet.record_replica(data.worker_id, registering=True)
+        await services.fleet.on_workers_changed()
         return Assignment(services.view.desired_slots())
 
     @post("/{worker_id:str}/heartbeat", status_code=200)
@@ -44,6 +40,6 @@ class WorkerController(Controller):
     ) -> Assignment:
         if not services.workers.heartbeat(worker_id, data):
             raise NotFoundException(f"unknown worker {worker_id}: register again")
-        await services.record_replica(worker_id)
-        await services.on_workers_changed()
+        await services.fleet.record_replica(worker_id)
+        await services.fleet.on_workers_changed()
         return Assignment(services.view.desired_slots())

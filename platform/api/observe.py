@@ -18,15 +18,10 @@ from litestar.types import ASGIApp, HTTPScope, Message, Receive, ReceiveMessage,
 
 from vigil.platform.telemetry.context import CURRENT, RequestContext
 from vigil.platform.telemetry.tracing import TRACE_HEADER, Tracing
+from vigil.platform.wire.errors import CLIENT_CLOSED_REQUEST, CLIENT_GONE, client_gone
 
 TRACED_PREFIX = "/v1/"
 UNLOGGED_PREFIX = "/internal/workers/"  # a heartbeat a second per worker is noise
-CLIENT_GONE = "vigil.client_gone"  # in the scope's state once the client has left
-CLIENT_CLOSED_REQUEST = 499  # nginx's status for it
-
-
-def client_gone(scope: Scope) -> bool:
-    return bool(scope.get("state", {}).get(CLIENT_GONE))
 
 
 def observe_requests(tracing: Tracing | None):  # type: ignore[no-untyped-def]

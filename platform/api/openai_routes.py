@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import time
-import uuid
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.response import Stream
 
 from vigil.platform.api.body import decode_body
+from vigil.platform.api.generations import start_generation
 from vigil.platform.api.openai_schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -38,11 +38,11 @@ from vigil.platform.api.streaming import (
 from vigil.platform.errors import ModelNotFound, VigilError
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.embeddings import EmbeddingService
-from vigil.platform.gateway.generation import GenerationService
+from vigil.platform.gateway.pipeline import GenerationService
 from vigil.platform.gateway.serving import ServingView
 from vigil.platform.settings import ServeSettings
+from vigil.platform.wire.errors import CLIENT_CLOSED_REQUEST
 
-CLIENT_CLOSED_REQUEST = 499  # nobody reads it: the client has gone
 INFERENCE_ERRORS = (400, 401, 403, 404, 413, 429, 500, 503)
 CHAT_DOCS = OperationDocs(
     ok=ChatCompletion,
@@ -94,7 +94,7 @@ class OpenAIController(Controller):
         settings: ServeSettings,
     ) -> Response[ChatCompletion] | Response[None] | Stream:
         data = decode_body(await request.body(), ChatCompletionRequest)
-        started = await generation.start(data.params(), principal, time.monotonic())
+        started = await start_generation(generation, data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
             chunks = chat_chunks(started, data.include_usage, settings.sse_keepalive_s)
@@ -118,7 +118,7 @@ class OpenAIController(Controller):
         settings: ServeSettings,
     ) -> Response[Completion] | Response[None] | Stream:
         data = decode_body(await request.body(), CompletionRequest)
-        started = await generation.start(data.params(), principal, time.monotonic())
+        started = await start_generation(generation, data.params(), principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
             chunks = completion_chunks(started, data.include_usage, settings.sse_keepalive_s)
@@ -152,7 +152,7 @@ class OpenAIController(Controller):
             usage=EmbeddingUsage(result.num_tokens, result.num_tokens),
         )
         headers = {
-            "x-request-id": f"embd-{uuid.uuid4().hex}",
+            "x-request-id": result.request_id,
             "x-vigil-served-by": result.served_by,
         }
         return Response(body, headers=headers)

@@ -276,23 +276,6 @@ class CompletionChunk(Struct, omit_defaults=True, tag_field="object", tag="text_
     usage: Usage | None = None
 
 
-# ---- errors -----------------------------------------------------------------
-
-
-class ErrorDetail(Struct):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class ErrorBody(Struct):
-    """OpenAI's error body; every 4xx and 5xx carries one, and so does a stream that fails
-    after it began (as its last event before [DONE])."""
-
-    error: ErrorDetail
-
-
 def sse(payload: Any) -> bytes:
     """One Server-Sent Events message carrying a JSON payload."""
     return b"data: " + msgspec.json.encode(payload) + b"\n\n"

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import msgspec
 from litestar.openapi.spec import Operation
 
-from vigil.platform.api.openai_schemas import ErrorBody
+from vigil.platform.wire.errors import ErrorBody
 
 ERRORS: dict[int, str] = {
     400: "Invalid request: a field is missing, malformed, out of range or not supported, or "

@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Request
 
-from vigil.engine.request import FinishEvent, FinishReason
-from vigil.platform.api.errors import body_of
 from vigil.platform.api.openai_schemas import (
     SSE_DONE,
     ChatChoice,
@@ -34,7 +32,8 @@ from vigil.platform.api.openai_schemas import (
     Usage,
     sse,
 )
-from vigil.platform.gateway.generation import Generation, finish_error
+from vigil.platform.gateway.generation import FinishEvent, FinishReason, Generation, finish_error
+from vigil.platform.wire.errors import body_of
 
 FINISH_REASONS: dict[FinishReason, FinishReasonName] = {
     FinishReason.STOP: "stop",

@@ -112,8 +112,9 @@ class Lease:
             self._close(Outcome.ABORT, None)
 
     def discard(self) -> None:
-        """The request never reached a worker (refused, or the worker unreachable): it
-        leaves every count without an outcome of its own."""
+        """The request leaves every count without an outcome of its own: it never reached
+        a worker (refused, or the worker unreachable), or its service records its
+        outcome (an embedding, which streams no events)."""
         assert self.state is LeaseState.QUEUED, f"{self.request_id}: discarded after start"
         self.state = LeaseState.CLOSED
         self.book.closed(self, None)

@@ -1,7 +1,7 @@
 """How the gateway reaches the engines on its workers: the one seam between them.
 
 `WorkerLink` has two implementations: `HttpWorkerLink`, which calls a worker process
-over HTTP (worker/protocol.py), and an in-process fake in the tests. Its contract:
+over HTTP (wire/worker.py), and an in-process fake in the tests. Its contract:
 - `open` returns once the worker has taken the request, with an iterator of the
   request's engine events that ends with exactly one FinishEvent. A worker that cannot
   be reached raises WorkerUnreachable (the gateway may send the request elsewhere); one
@@ -35,13 +35,13 @@ from vigil.engine.request import (
 )
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable, VigilError
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S, Replica
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.worker import (
     EmbedCall,
     EmbedResult,
     FinishWire,
     GenerateCall,
+    SamplingWire,
     TokenWire,
-    params_wire,
 )
 
 _EVENTS = msgspec.json.Decoder(TokenWire | FinishWire)
@@ -102,7 +102,7 @@ class HttpWorkerLink:
             slot=slot,
             request_id=request.request_id,
             prompt_ids=request.prompt_ids,
-            params=params_wire(request.params),
+            params=SamplingWire.of(request.params),
             priority=int(request.priority),
             max_queue_wait_s=None if deadline is None else max(0.0, deadline - time.monotonic()),
         )

@@ -16,7 +16,7 @@ from vigil.engine.bundled import ModelKind
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.errors import InvalidRequest, ModelNotFound
 from vigil.platform.gateway.workers import WorkerRegistry
-from vigil.platform.worker.protocol import SlotSpec, VersionWire
+from vigil.platform.wire.worker import SlotSpec, VersionWire
 
 LONG_POOL_SUFFIX = "#long"
 _KIND_NAMES = {ModelKind.EMBED: "an embedding model", ModelKind.GENERATE: "a generation model"}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from vigil.engine.stats import EngineStats
 from vigil.platform.errors import ServiceUnavailable
-from vigil.platform.worker.protocol import Heartbeat, RegisterRequest, SlotReport, stats_of
+from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport, stats_of
 
 # Workers beat every second: two beats missed and half the next, and a worker is given
 # up, so that the traffic of one that drops off the network moves within 3 s.

@@ -19,7 +19,7 @@ from vigil.platform.planning.load import SLOTarget
 from vigil.platform.planning.offered import OfferedLoad, ttft_p99_at
 from vigil.platform.planning.rates import MeasuredRates, slowest
 from vigil.platform.slo.actions import Recovery
-from vigil.platform.worker.protocol import SlotReport
+from vigil.platform.wire.worker import SlotReport
 
 
 @dataclass(frozen=True, slots=True)

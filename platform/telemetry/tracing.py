@@ -306,6 +306,7 @@ class RequestTrace:
         reason: str,
         predicted_ttft_s: float | None,
         start_ts: float,
+        decided_ts: float | None = None,
     ) -> None:
         attrs: dict[str, Any] = {
             "vigil.deployment": deployment,
@@ -317,7 +318,8 @@ class RequestTrace:
             attrs["vigil.admission.predicted_ttft_s"] = round(predicted_ttft_s, 4)
         if verdict == "shed":
             self.keep = True
-        self._pending.append(("admission", start_ts, time.monotonic(), attrs))
+        end_ts = time.monotonic() if decided_ts is None else decided_ts
+        self._pending.append(("admission", start_ts, end_ts, attrs))
 
     def worker_headers(self, replica: str, start_ts: float) -> dict[str, str]:
         """Open the hop to a worker (a retry to another replica opens another) and the

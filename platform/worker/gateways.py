@@ -34,7 +34,7 @@ import msgspec
 
 from vigil.engine.device import free_memory_bytes
 from vigil.platform.settings import WorkerSettings
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.worker import (
     Assignment,
     CostsWire,
     Heartbeat,

@@ -33,23 +33,22 @@ from vigil.engine.request import (
     RequestId,
     TokenEvent,
 )
-from vigil.platform.api.errors import EXCEPTION_HANDLERS
-from vigil.platform.errors import InvalidRequest, ServiceUnavailable, Unauthorized
+from vigil.platform.errors import InvalidRequest, ServiceUnavailable
 from vigil.platform.lifecycle import DrainingServer
 from vigil.platform.settings import WorkerSettings
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.telemetry.tracing import WorkerSpans
-from vigil.platform.worker.gateways import GatewayLinks
-from vigil.platform.worker.keepalive import KEEPALIVE_S, with_keepalive
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.errors import EXCEPTION_HANDLERS
+from vigil.platform.wire.worker import (
     EmbedCall,
     EmbedResult,
     FinishWire,
     GenerateCall,
     TokenWire,
-    carries_token,
-    sampling_params,
+    require_worker_token,
 )
+from vigil.platform.worker.gateways import GatewayLinks
+from vigil.platform.worker.keepalive import KEEPALIVE_S, with_keepalive
 from vigil.platform.worker.runtime import (
     WorkerRuntime,
     configure_torch,
@@ -75,15 +74,14 @@ async def _generate(
     request = GenerationRequest(
         RequestId(data.request_id),
         data.prompt_ids,
-        sampling_params(data.params),
+        data.params.params(),
         Priority(data.priority),
         RequestClock(now),
         None if wait is None else now + wait,
     )
-    try:
-        engine.check_request(request)
-    except RequestRejected as exc:
-        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
+    # Fitted to this engine's context by the gateway (gateway/prompt.py), from the limits
+    # this worker reports; the engine's own check ends a request that does not fit
+    # (an engine restarted smaller since) with an error event.
     slot.in_flight += 1
 
     async def lines() -> AsyncIterator[bytes]:
@@ -148,10 +146,7 @@ def build_worker_app(
     """`spans`: when given, each generation joins its caller's trace with a span."""
 
     async def guard(request: Request[Any, Any, Any]) -> None:
-        if not carries_token(request.headers.get("authorization"), token):
-            raise Unauthorized(
-                "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
-            )
+        require_worker_token(request.headers.get("authorization"), token)
 
     @post("/internal/generate", status_code=200)
     async def generate(data: GenerateCall, _auth: None, request: Request[Any, Any, Any]) -> Stream:

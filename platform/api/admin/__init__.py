@@ -4,7 +4,7 @@ with its controller(s), its wire bodies and the mapping between them and the dom
 records; auth.py, deps.py, bodies.py and responses.py are what they share.
 
 Mount it with `admin_router(plane, throttle, slos)` in the application's route handlers, with the
-exception handlers of `vigil.platform.api.errors`, and add `ADMIN_OPENAPI_COMPONENTS` to the
+exception handlers of `vigil.platform.wire.errors`, and add `ADMIN_OPENAPI_COMPONENTS` to the
 OpenAPI config's components so that the schema defines the Basic security scheme its
 operations refer to:
 

@@ -15,11 +15,11 @@ from msgspec import Meta, Struct
 
 from vigil.platform.api.admin.bodies import In, Name
 from vigil.platform.api.admin.responses import write_responses
-from vigil.platform.api.openai_schemas import ErrorBody
 from vigil.platform.errors import ServiceUnavailable
 from vigil.platform.planning.planner import Prediction
 from vigil.platform.planning.rates import MeasuredRates
 from vigil.platform.planning.service import PlanAsk, PlanReport, PlanService
+from vigil.platform.wire.errors import ErrorBody
 
 Planner: TypeAlias = NamedDependency[PlanService | None]
 Lengthspec = int | list[int] | dict[str, float]

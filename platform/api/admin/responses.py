@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from litestar.openapi.datastructures import ResponseSpec
 
-from vigil.platform.api.openai_schemas import ErrorBody
+from vigil.platform.wire.errors import ErrorBody
 
 _DESCRIPTIONS = {
     400: "Invalid request: `param` names the field to fix and the message says how.",

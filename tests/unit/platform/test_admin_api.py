@@ -23,7 +23,6 @@ from vigil.engine.artifacts import artifact_checksum
 from vigil.engine.bundled import MINILM, SMOLLM2, bundled_source
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
 from vigil.platform.api.body import BodyRequest
-from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.migrate import migrate
@@ -32,6 +31,7 @@ from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.slo.tracker import SLOTracker
+from vigil.platform.wire.errors import EXCEPTION_HANDLERS
 
 BUNDLED = bundled_version(SMOLLM2)
 DEPLOYMENT = f"/api/admin/deployments/{SMOLLM2}"

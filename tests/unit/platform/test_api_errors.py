@@ -11,7 +11,6 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import exc as sa_exc
 
 from vigil.platform.api.admin import admin_router
-from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.control.db import create_engine, database_unreachable, session_factory
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.errors import (
@@ -29,6 +28,7 @@ from vigil.platform.errors import (
 )
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.slo.tracker import SLOTracker
+from vigil.platform.wire.errors import EXCEPTION_HANDLERS
 
 CASES: list[tuple[VigilError, int, str]] = [
     (InvalidRequest("bad", param="max_tokens", code="invalid_value"), 400, "invalid_request_error"),

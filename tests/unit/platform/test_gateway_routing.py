@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
 from vigil.platform.slo.sli import SLI
+from vigil.platform.wire.worker import EmbedResult
 
 STABLE = bundled_version(SMOLLM2).key
 CANARY = f"{SMOLLM2}@warm"
@@ -206,6 +208,49 @@ async def test_embeddings_come_back_in_order_and_a_long_input_is_named(
     assert listed.json()["error"]["param"] == "input[1]"
     wrong = await client.post("/v1/embeddings", json={"model": "chat", "input": "hi"})
     assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "wrong_model_kind"
+
+
+@dataclass
+class GatedEmbedder(FakeEmbedder):
+    """Answers once the test opens its gate; counts the calls it took."""
+
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    calls: int = 0
+
+    async def embed(self, texts: list[str]) -> EmbedResult:
+        self.calls += 1
+        await self.gate.wait()
+        return await super().embed(texts)
+
+
+async def test_an_embedding_in_flight_counts_on_its_worker_so_the_next_goes_elsewhere(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    """Embeddings are placed by the router from the load book, like generations: one
+    held on a worker steers the next to the other, and both leave the book when done."""
+    loads = gateway.services.loads
+    gated = {w: GatedEmbedder() for w in ("w1", "w2")}
+    kept = {w: gateway.workers.workers[w].engines[EMBED] for w in gated}
+    for w, engine in gated.items():
+        gateway.workers.workers[w].engines[EMBED] = engine
+    try:
+        body = {"model": MINILM, "input": "a b"}
+        first = asyncio.create_task(client.post("/v1/embeddings", json=body))
+        await until(lambda: loads.num_open() == 1)
+        held = next(iter(loads.replica_counts(EMBED)))
+        second = asyncio.create_task(client.post("/v1/embeddings", json=body))
+        await until(lambda: loads.num_open() == 2)
+        assert {w: e.calls for w, e in gated.items()} == {"w1": 1, "w2": 1}
+        assert set(loads.replica_counts(EMBED)) == {"w1", "w2"} and held in gated
+        for engine in gated.values():
+            engine.gate.set()
+        answers = await asyncio.gather(first, second)
+        assert [r.status_code for r in answers] == [200, 200]
+        assert answers[0].headers["x-request-id"].startswith("embd-")
+        assert loads.num_open() == 0
+    finally:
+        for w, engine in kept.items():
+            gateway.workers.workers[w].engines[EMBED] = engine
 
 
 async def test_an_embedding_deployment_splits_traffic_with_its_canary_and_counts_slis(

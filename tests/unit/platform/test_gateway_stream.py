@@ -15,8 +15,12 @@ import httpx
 import pytest
 from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway, tiny_engine
 
+from vigil.engine import llm_engine
 from vigil.engine.bundled import SMOLLM2
+from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.control.specs import bundled_version
+from vigil.platform.gateway import prompt
+from vigil.platform.worker import server
 
 KEY = bundled_version(SMOLLM2).key
 CHAT = {
@@ -82,6 +86,37 @@ async def test_streamed_chat_is_openais_chunks_and_equals_the_whole_answer(
     assert text == answer["choices"][0]["message"]["content"]  # greedy: the same tokens
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == answer["usage"]
+
+
+async def test_one_streamed_chat_is_tokenized_once_and_fitted_to_the_context_once(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every call of the context rule and of the tokenizer in this process (gateway,
+    worker link and engine alike) is counted; the engine's own check of its memory is
+    the engine's, and is counted apart."""
+    calls: dict[str, int] = {"fit": 0, "engine_check": 0, "encode": 0, "render": 0}
+
+    def counted(name: str, fn):  # type: ignore[no-untyped-def]
+        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(prompt, "fit_request", counted("fit", prompt.fit_request))
+    monkeypatch.setattr(llm_engine, "fit_request", counted("engine_check", llm_engine.fit_request))
+    monkeypatch.setattr(Tokenizer, "encode", counted("encode", Tokenizer.encode))
+    monkeypatch.setattr(Tokenizer, "render_chat", counted("render", Tokenizer.render_chat))
+    assert not any(hasattr(server, name) for name in ("fit_request", "ContextLimit"))
+    body = {**CHAT, "stream": True}
+    async with (
+        httpx.AsyncClient(base_url=gateway.url, timeout=30) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as streamed,
+    ):
+        assert streamed.status_code == 200
+        events = await sse(streamed)
+    assert events[-1] == "[DONE]"
+    assert calls == {"fit": 1, "engine_check": 1, "encode": 1, "render": 1}
 
 
 async def test_a_completion_of_token_ids_and_the_metrics_it_leaves(gateway: Gateway) -> None:

@@ -20,7 +20,6 @@ from litestar.testing import AsyncTestClient
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.platform.api.admin import ADMIN_OPENAPI_COMPONENTS, admin_router
-from vigil.platform.api.errors import EXCEPTION_HANDLERS
 from vigil.platform.cli import main
 from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
@@ -33,7 +32,8 @@ from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.planning.command import length_spec
 from vigil.platform.planning.service import PlanService
 from vigil.platform.slo.tracker import SLOTracker
-from vigil.platform.worker.protocol import (
+from vigil.platform.wire.errors import EXCEPTION_HANDLERS
+from vigil.platform.wire.worker import (
     CostsWire,
     DecodePointWire,
     Heartbeat,

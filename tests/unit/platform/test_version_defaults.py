@@ -12,7 +12,7 @@ from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
 
 from vigil.engine.bundled import SMOLLM2, SMOLLM2_DEFAULTS
 from vigil.platform.control.specs import bundled_version
-from vigil.platform.worker.protocol import SlotLimits
+from vigil.platform.wire.worker import SlotLimits
 
 KEY = bundled_version(SMOLLM2).key
 ASK = {"model": SMOLLM2, "messages": [{"role": "user", "content": "What is the capital?"}]}

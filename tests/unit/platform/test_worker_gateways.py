@@ -15,6 +15,7 @@ import torch
 
 from vigil.platform.control.specs import bundled_version
 from vigil.platform.settings import SettingsError, WorkerSettings, gateway_urls
+from vigil.platform.wire.worker import Assignment, SlotSpec, VersionWire
 from vigil.platform.worker import gateways as gateways_module
 from vigil.platform.worker.gateways import (
     LOST_WARNING_S,
@@ -22,7 +23,6 @@ from vigil.platform.worker.gateways import (
     resolved_urls,
     union_of,
 )
-from vigil.platform.worker.protocol import Assignment, SlotSpec, VersionWire
 from vigil.platform.worker.runtime import EngineSlot
 
 VERSION = bundled_version("smollm2-135m-instruct")

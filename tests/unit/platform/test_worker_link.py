@@ -24,7 +24,6 @@ from vigil.engine.request import (
     TokenEvent,
 )
 from vigil.platform.control.specs import bundled_version
-from vigil.platform.errors import InvalidRequest
 from vigil.platform.gateway.link import (
     CONNECT_TIMEOUT_S,
     STREAM_IDLE_S,
@@ -100,13 +99,17 @@ async def test_closing_the_stream_early_aborts_the_request_on_the_worker(worker,
     assert slot.in_flight == 0 and slot.engine.stats().num_running == 0
 
 
-async def test_a_request_over_the_workers_context_is_refused_with_the_field(worker, link) -> None:  # type: ignore[no-untyped-def]
-    replica, _ = worker
+async def test_a_request_over_the_engines_context_ends_with_its_refusal(worker, link) -> None:  # type: ignore[no-untyped-def]
+    """The gateway fits a request to the context once; the worker trusts it, and a
+    request that still does not fit (an engine restarted smaller) ends with the engine's
+    own refusal as an error event, the worker still counted up."""
+    replica, slot = worker
     http, failed = link
-    with pytest.raises(InvalidRequest) as caught:
-        await http.open(replica, VERSION.key, request(n_prompt=250, max_tokens=10))
-    assert caught.value.code == "context_length_exceeded" and caught.value.param == "max_tokens"
-    assert not failed  # a refusal is not a failed worker
+    events = [e async for e in await http.open(replica, VERSION.key, request(250, 10))]
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.ERROR
+    assert finish.error is not None and "context window 256 tokens" in finish.error
+    assert not failed and slot.in_flight == 0  # a refusal is not a failed worker
 
 
 async def test_an_unreachable_worker_is_reported_before_the_request_starts(

@@ -7,8 +7,8 @@ import pytest
 
 from vigil.engine.stats import StepStats, prefill_pairs_of
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
+from vigil.platform.wire.worker import CostsWire
 from vigil.platform.worker.profile import DECAY_S, StepProfile, bucket_of
-from vigil.platform.worker.protocol import CostsWire
 
 TRUE = StepCosts(
     decode=(DecodePoint(1, 0.02), DecodePoint(4, 0.03), DecodePoint(16, 0.06)),

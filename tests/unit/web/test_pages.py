@@ -11,7 +11,7 @@ from consoles import Console
 
 from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.platform.control.specs import bundled_version
-from vigil.platform.worker.protocol import Heartbeat, RegisterRequest, SlotReport
+from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport
 
 PAGES = [
     "/console/",

@@ -1,4 +1,6 @@
-"""Every error a client sees, mapped to HTTP in one place (OpenAI's error body).
+"""Every error a client sees, mapped to HTTP in one place (OpenAI's error body), for
+the API and the worker's app alike (the gateway's link reads a worker's refusal back
+from the same body).
 
 Vigil's own errors (vigil.platform.errors) get a status and an OpenAI error type by
 their kind; Litestar's validation and routing errors are translated to the same body,
@@ -20,10 +22,9 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
+from msgspec import Struct
 from sqlalchemy import exc as sa_exc
 
-from vigil.platform.api.observe import CLIENT_CLOSED_REQUEST, client_gone
-from vigil.platform.api.openai_schemas import ErrorBody, ErrorDetail
 from vigil.platform.control.db import database_unreachable
 from vigil.platform.errors import (
     Conflict,
@@ -40,6 +41,31 @@ from vigil.platform.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+
+CLIENT_GONE = "vigil.client_gone"  # in the scope's state once the client has left
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for it: nobody reads it, the client has gone
+
+
+def client_gone(scope: Any) -> bool:
+    """Whether the request's client left before its answer began (the API edge's
+    middleware marks it in the scope's state)."""
+    return bool(scope.get("state", {}).get(CLIENT_GONE))
+
+
+class ErrorDetail(Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(Struct):
+    """OpenAI's error body; every 4xx and 5xx carries one, and so does a stream that fails
+    after it began (as its last event before [DONE])."""
+
+    error: ErrorDetail
+
 
 _FIELD = re.compile(r"field `([^`]+)`")
 _CHALLENGES = {

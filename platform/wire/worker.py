@@ -19,12 +19,14 @@ from __future__ import annotations
 import hmac
 from typing import Any, Literal
 
+import msgspec
 from msgspec import Struct
 
 from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.request import SamplingParams
 from vigil.engine.stats import EngineStats
 from vigil.platform.control.specs import VersionRef
+from vigil.platform.errors import Unauthorized
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
 
 
@@ -117,7 +119,8 @@ class SlotReport(Struct):
     progress: float = 0.0  # 0-1 while loading
     error: str | None = None
     limits: SlotLimits | None = None
-    stats: dict[str, Any] | None = None  # EngineStats as a dict (generation slots)
+    # EngineStats as a dict (generation slots), as the console and replica records read it.
+    stats: dict[str, Any] | None = None
     # Generation slots, ready: what its steps cost, for admission, routing and plans.
     costs: CostsWire | None = None
 
@@ -126,11 +129,48 @@ class Heartbeat(Struct):
     slots: list[SlotReport]
 
 
+class SamplingWire(Struct, frozen=True):
+    """A request's sampling (engine.request.SamplingParams)."""
+
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    ignore_eos: bool
+    min_tokens: int
+
+    @classmethod
+    def of(cls, p: SamplingParams) -> SamplingWire:
+        return cls(
+            p.max_tokens,
+            p.temperature,
+            p.top_k,
+            p.top_p,
+            p.seed,
+            p.stop,
+            p.ignore_eos,
+            p.min_tokens,
+        )
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(*msgspec.structs.astuple(self))
+
+
+def stats_wire(stats: EngineStats) -> dict[str, Any]:
+    return {f: getattr(stats, f) for f in EngineStats.__dataclass_fields__ if f != "last_step"}
+
+
+def stats_of(wire: dict[str, Any]) -> EngineStats:
+    return EngineStats(**wire, last_step=None)
+
+
 class GenerateCall(Struct):
     slot: str
     request_id: str
     prompt_ids: list[int]
-    params: dict[str, Any]  # SamplingParams fields
+    params: SamplingWire
     priority: int
     max_queue_wait_s: float | None  # relative: worker and gateway clocks differ
 
@@ -164,26 +204,11 @@ class EmbedResult(Struct):
     num_tokens: int
 
 
-def sampling_params(fields: dict[str, Any]) -> SamplingParams:
-    fields = dict(fields)
-    fields["stop"] = tuple(fields.get("stop", ()))
-    return SamplingParams(**fields)
-
-
-def params_wire(params: SamplingParams) -> dict[str, Any]:
-    return {f: getattr(params, f) for f in SamplingParams.__dataclass_fields__}
-
-
-def stats_wire(stats: EngineStats) -> dict[str, Any]:
-    return {f: getattr(stats, f) for f in EngineStats.__dataclass_fields__ if f != "last_step"}
-
-
-def stats_of(wire: dict[str, Any]) -> EngineStats:
-    return EngineStats(**wire, last_step=None)
-
-
-def carries_token(authorization: str | None, token: str) -> bool:
-    """Whether a call's Authorization header is `Bearer <token>`, compared in constant
-    time so that its timing tells nothing about how much of a guess was right."""
+def require_worker_token(authorization: str | None, token: str) -> None:
+    """Every worker call, either way, carries `Bearer <token>`: compared in constant time
+    so that its timing tells nothing about how much of a guess was right."""
     expected = f"Bearer {token}".encode()
-    return hmac.compare_digest((authorization or "").encode(), expected)
+    if not hmac.compare_digest((authorization or "").encode(), expected):
+        raise Unauthorized(
+            "worker calls need the worker token", scheme="Bearer", code="invalid_worker_token"
+        )
