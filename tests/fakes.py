@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import torch
 import uvicorn
+from litestar.testing import AsyncTestClient
 
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.limits import RequestRejected, check_embedding_inputs
@@ -360,6 +361,40 @@ async def running_gateway(
     config: str | None = None,
     **settings: Any,
 ) -> AsyncIterator[Gateway]:
+    async with (
+        _gateway_services(data_dir, workers, tokenizer, config, **settings) as services,
+        serving(create_app(services)) as url,
+    ):
+        yield Gateway(url, services, workers)
+
+
+@contextlib.asynccontextmanager
+async def gateway_client(
+    data_dir: Path,
+    workers: FakeWorkers,
+    tokenizer: Tokenizer,
+    config: str | None = None,
+    **settings: Any,
+) -> AsyncIterator[tuple[Gateway, AsyncTestClient[Any]]]:
+    """The gateway of `running_gateway` reached through Litestar's test client, with no
+    server: for tests of what handlers answer with no worker behind them (pages, the
+    schema), not of what a server does (a client that hangs up, a stream read as it
+    comes, the peer's address)."""
+    async with (
+        _gateway_services(data_dir, workers, tokenizer, config, **settings) as services,
+        AsyncTestClient(create_app(services), timeout=30) as client,
+    ):
+        yield Gateway(str(client.base_url), services, workers), client
+
+
+@contextlib.asynccontextmanager
+async def _gateway_services(
+    data_dir: Path,
+    workers: FakeWorkers,
+    tokenizer: Tokenizer,
+    config: str | None = None,
+    **settings: Any,
+) -> AsyncIterator[Services]:
     config_path = None
     if config is not None:
         config_path = data_dir / "vigil.toml"
@@ -373,8 +408,7 @@ async def running_gateway(
     workers.attach(services.workers)
     beating = asyncio.create_task(_beat(workers, services))
     try:
-        async with serving(create_app(services)) as url:
-            yield Gateway(url, services, workers)
+        yield services
     finally:
         beating.cancel()
 

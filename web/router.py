@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from litestar import Router
 from litestar.config.csrf import CSRFConfig
-from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
 from litestar.middleware.csrf import CSRFMiddleware
 from litestar.stores.base import Store
 
 from vigil.platform.services import Services
-from vigil.web.auth import console_guard, provide_actor, provide_viewer
+from vigil.web.auth import console_guard
+from vigil.web.deps import console_dependencies
 from vigil.web.errors import EXCEPTION_HANDLERS
 from vigil.web.pages.alerts import AlertsController
 from vigil.web.pages.deployments import DeploymentsController
@@ -63,10 +63,7 @@ def console_router(services: Services) -> Router:
             session_config(settings.console_session_s).middleware,
             DefineMiddleware(CSRFMiddleware, config=csrf),
         ],
-        dependencies={
-            "viewer": Provide(provide_viewer, sync_to_thread=False),
-            "actor": Provide(provide_actor, sync_to_thread=False),
-        },
+        dependencies=console_dependencies(services),
         exception_handlers=EXCEPTION_HANDLERS,
         include_in_schema=False,
     )

@@ -104,6 +104,7 @@ class WebhookDelivery:
         *,
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         max_receivers: int = MAX_RECEIVERS_IN_FLIGHT,
+        poll_interval_s: float = POLL_INTERVAL_S,
     ) -> None:
         """`client`: connect.webhook_client's, which keeps to the address policy.
         `wake`: set when a message is written, so it goes out at once; the poll catches
@@ -113,6 +114,7 @@ class WebhookDelivery:
         self.max_age_s = max_age_s
         self.attempt_timeout_s = attempt_timeout_s
         self.max_receivers = max_receivers
+        self.poll_interval_s = poll_interval_s
         self._rng = rng or random.Random()
         self._wake = wake or asyncio.Event()
         self._lanes: dict[str, asyncio.Task[None]] = {}  # webhook name -> its lane
@@ -128,7 +130,7 @@ class WebhookDelivery:
                 except Exception:  # the next pass tries again; nothing is lost
                     log.exception("webhook delivery pass failed")
                 with contextlib.suppress(TimeoutError):  # not wait_for: see ownership.py
-                    async with asyncio.timeout(POLL_INTERVAL_S):
+                    async with asyncio.timeout(self.poll_interval_s):
                         await self._wake.wait()
                 self._wake.clear()
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from litestar import Request, Response, get
+from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 from msgspec import Struct
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -51,7 +52,7 @@ async def healthz() -> Liveness:
         )
     },
 )
-async def readyz(services: Services) -> Response[Readiness]:
+async def readyz(services: NamedDependency[Services]) -> Response[Readiness]:
     """Ready while every deployment can serve; versions rolling out (a canary, a new
     stable) are listed with their state and load progress without changing that. Why a
     version failed (it may name files on the host) is for operators: the admin API's
@@ -84,7 +85,9 @@ async def readyz(services: Services) -> Response[Readiness]:
     "application/openmetrics-text.",
     media_type=CONTENT_TYPE_LATEST,
 )
-async def metrics(request: Request[Any, Any, Any], registry: CollectorRegistry) -> Response[bytes]:
+async def metrics(
+    request: Request[Any, Any, Any], registry: NamedDependency[CollectorRegistry]
+) -> Response[bytes]:
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         return Response(
             openmetrics.generate_latest(registry), media_type=openmetrics.CONTENT_TYPE_LATEST

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Request, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotFoundException
+from litestar.params import FromPath, JSONBody
 
 from vigil.platform.services import Services
 from vigil.platform.wire.worker import (
@@ -18,7 +19,9 @@ from vigil.platform.wire.worker import (
 )
 
 
-async def _worker_token(request: Request[Any, Any, Any], services: Services) -> None:
+async def _worker_token(
+    request: Request[Any, Any, Any], services: NamedDependency[Services]
+) -> None:
     require_worker_token(request.headers.get("authorization"), services.worker_token)
 
 
@@ -28,7 +31,12 @@ class WorkerController(Controller):
     dependencies = {"_auth": Provide(_worker_token)}  # noqa: RUF012
 
     @post("/register", status_code=200)
-    async def register(self, data: RegisterRequest, services: Services, _auth: None) -> Assignment:
+    async def register(
+        self,
+        data: JSONBody[RegisterRequest],
+        services: NamedDependency[Services],
+        _auth: NamedDependency[None],
+    ) -> Assignment:
         services.workers.register(data)
         await services.fleet.record_replica(data.worker_id, registering=True)
         await services.fleet.on_workers_changed()
@@ -36,7 +44,11 @@ class WorkerController(Controller):
 
     @post("/{worker_id:str}/heartbeat", status_code=200)
     async def heartbeat(
-        self, worker_id: str, data: Heartbeat, services: Services, _auth: None
+        self,
+        worker_id: FromPath[str],
+        data: JSONBody[Heartbeat],
+        services: NamedDependency[Services],
+        _auth: NamedDependency[None],
     ) -> Assignment:
         if not services.workers.heartbeat(worker_id, data):
             raise NotFoundException(f"unknown worker {worker_id}: register again")

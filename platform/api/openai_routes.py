@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 from litestar import Controller, Request, Response, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath
 from litestar.response import Stream
 
 from vigil.platform.api.body import decode_body
@@ -89,9 +91,9 @@ class OpenAIController(Controller):
     async def chat_completions(
         self,
         request: Request[Any, Any, Any],
-        generation: GenerationService,
-        principal: Principal,
-        settings: ServeSettings,
+        generation: NamedDependency[GenerationService],
+        principal: NamedDependency[Principal],
+        settings: NamedDependency[ServeSettings],
     ) -> Response[ChatCompletion] | Response[None] | Stream:
         data = decode_body(await request.body(), ChatCompletionRequest)
         started = await start_generation(generation, data.params(), principal, time.monotonic())
@@ -113,9 +115,9 @@ class OpenAIController(Controller):
     async def completions(
         self,
         request: Request[Any, Any, Any],
-        generation: GenerationService,
-        principal: Principal,
-        settings: ServeSettings,
+        generation: NamedDependency[GenerationService],
+        principal: NamedDependency[Principal],
+        settings: NamedDependency[ServeSettings],
     ) -> Response[Completion] | Response[None] | Stream:
         data = decode_body(await request.body(), CompletionRequest)
         started = await start_generation(generation, data.params(), principal, time.monotonic())
@@ -135,7 +137,10 @@ class OpenAIController(Controller):
         operation_class=documented(EMBEDDING_DOCS),
     )
     async def embeddings(
-        self, request: Request[Any, Any, Any], embedding: EmbeddingService, principal: Principal
+        self,
+        request: Request[Any, Any, Any],
+        embedding: NamedDependency[EmbeddingService],
+        principal: NamedDependency[Principal],
     ) -> Response[EmbeddingList]:
         data = decode_body(await request.body(), EmbeddingRequest)
         try:
@@ -162,7 +167,9 @@ class OpenAIController(Controller):
         summary="List the models this server serves",
         operation_class=documented(MODELS_DOCS),
     )
-    async def models(self, view: ServingView, principal: Principal) -> ModelList:
+    async def models(
+        self, view: NamedDependency[ServingView], principal: NamedDependency[Principal]
+    ) -> ModelList:
         started = int(view.created_ts)
         names = [n for n in view.names() if principal.may_use(n)]
         return ModelList([ModelCard(name, started, "vigil") for name in names])
@@ -172,7 +179,12 @@ class OpenAIController(Controller):
         summary="Describe one model",
         operation_class=documented(MODEL_DOCS),
     )
-    async def model(self, model_id: str, view: ServingView, principal: Principal) -> ModelCard:
+    async def model(
+        self,
+        model_id: FromPath[str],
+        view: NamedDependency[ServingView],
+        principal: NamedDependency[Principal],
+    ) -> ModelCard:
         # A model the key may not use is as absent here as it is from /v1/models.
         names = [n for n in view.names() if principal.may_use(n)]
         if model_id not in names:

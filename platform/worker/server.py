@@ -20,7 +20,8 @@ from typing import Any
 import msgspec
 import uvicorn
 from litestar import Litestar, Request, Response, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
+from litestar.params import JSONBody
 from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -149,11 +150,13 @@ def build_worker_app(
         require_worker_token(request.headers.get("authorization"), token)
 
     @post("/internal/generate", status_code=200)
-    async def generate(data: GenerateCall, _auth: None, request: Request[Any, Any, Any]) -> Stream:
+    async def generate(
+        data: JSONBody[GenerateCall], _auth: NamedDependency[None], request: Request[Any, Any, Any]
+    ) -> Stream:
         return await _generate(data, runtime, spans, request.headers.get("traceparent"))
 
     @post("/internal/embed", status_code=200)
-    async def embed(data: EmbedCall, _auth: None) -> EmbedResult:
+    async def embed(data: JSONBody[EmbedCall], _auth: NamedDependency[None]) -> EmbedResult:
         return await _embed(data, runtime)
 
     @get("/healthz")

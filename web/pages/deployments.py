@@ -9,38 +9,42 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath
+from litestar.params import FromPath, FromQuery
 from litestar.response import Template
 
 from vigil.platform.control.audit.records import AuditRecord
 from vigil.platform.control.deployments.records import DeploymentRecord, VersionKey
+from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.errors import Conflict
-from vigil.platform.services import Services
 from vigil.platform.slo.sli import SLI
+from vigil.platform.slo.tracker import SLOTracker
 from vigil.web.auth import OPERATOR, Actor
+from vigil.web.deps import Plane, SLOs
 from vigil.web.forms import form_of, text, whole
 from vigil.web.render import render
 
 
-async def _card_context(services: Services, record: DeploymentRecord) -> dict[str, Any]:
+async def _card_context(
+    plane: ControlPlane, slos: SLOTracker, record: DeploymentRecord
+) -> dict[str, Any]:
     spec = record.spec
     versions = [
         v
-        for v in await services.plane.versions.list_versions(spec.stable.model)
+        for v in await plane.versions.list_versions(spec.stable.model)
         if v.status is not VersionStatus.RETIRED and v.ref.version != spec.stable.version
     ]
     return {
         "d": record,
         "spec": spec,
         "choices": versions,
-        "slis": _slis_side_by_side(services, record),
+        "slis": _slis_side_by_side(slos, record),
     }
 
 
-def _slis_side_by_side(services: Services, record: DeploymentRecord) -> list[dict[str, Any]]:
+def _slis_side_by_side(slos: SLOTracker, record: DeploymentRecord) -> list[dict[str, Any]]:
     """Per SLI: the stable's and the canary's good/total over the SLO window."""
-    status = services.slos.status(record.name)
+    status = slos.status(record.name)
     spec = record.spec
     keys = [spec.stable.key] + ([spec.canary.key] if spec.canary is not None else [])
     rows = []
@@ -79,29 +83,30 @@ class DeploymentsController(Controller):
     path = "/deployments"
 
     @get("/")
-    async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
-        cards = [await _card_context(services, r) for r in await services.plane.deployments.list()]
+    async def index(self, request: Request[Any, Any, Any], plane: Plane, slos: SLOs) -> Template:
+        cards = [await _card_context(plane, slos, r) for r in await plane.deployments.list()]
         return render(request, "deployments/index.html", area="deployments", cards=cards)
 
     @get("/{name:str}")
     async def card(
-        self, request: Request[Any, Any, Any], services: Services, name: FromPath[str]
+        self, request: Request[Any, Any, Any], plane: Plane, slos: SLOs, name: FromPath[str]
     ) -> Template:
-        record = await services.plane.deployments.get(name)
-        return render(request, "deployments/_card.html", **await _card_context(services, record))
+        record = await plane.deployments.get(name)
+        return render(request, "deployments/_card.html", **await _card_context(plane, slos, record))
 
     @get("/{name:str}/canary/review", opt=OPERATOR)
     async def review_canary(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        plane: Plane,
+        slos: SLOs,
         name: FromPath[str],
-        version: str,
-        weight: str,
-        revision: int,
+        version: FromQuery[str],
+        weight: FromQuery[str],
+        revision: FromQuery[int],
     ) -> Template:
         """The confirm step: what the change will do, before it is made."""
-        record = await services.plane.deployments.get(name)
+        record = await plane.deployments.get(name)
         form = {"version": version, "weight": weight}
         pct = whole(form, "weight", low=0, high=100)
         return render(
@@ -118,7 +123,8 @@ class DeploymentsController(Controller):
     async def set_canary(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        plane: Plane,
+        slos: SLOs,
         actor: Actor,
         name: FromPath[str],
     ) -> Template:
@@ -126,52 +132,57 @@ class DeploymentsController(Controller):
         version, weight = text(form, "version"), whole(form, "weight", low=0, high=100)
         revision = whole(form, "revision", low=1)
         assert version is not None and weight is not None and revision is not None
-        current = await services.plane.deployments.get(name)
+        current = await plane.deployments.get(name)
         key = VersionKey(current.spec.stable.model, version)
 
         async def write() -> DeploymentRecord:
-            return await services.plane.deployments.set_canary(
+            return await plane.deployments.set_canary(
                 name, key, weight, revision=revision, actor=actor
             )
 
         return await _written(
-            request, services, name, write, f"{name}: {weight}% of requests to {key}."
+            request, plane, slos, name, write, f"{name}: {weight}% of requests to {key}."
         )
 
     @post("/{name:str}/promote", opt=OPERATOR)
     async def promote(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        plane: Plane,
+        slos: SLOs,
         actor: Actor,
         name: FromPath[str],
     ) -> Template:
         revision = whole(await form_of(request), "revision", low=1, required=False)
 
         async def write() -> DeploymentRecord:
-            return await services.plane.deployments.promote(name, revision=revision, actor=actor)
+            return await plane.deployments.promote(name, revision=revision, actor=actor)
 
-        return await _written(request, services, name, write, f"{name}: the canary is now stable.")
+        return await _written(
+            request, plane, slos, name, write, f"{name}: the canary is now stable."
+        )
 
     @post("/{name:str}/rollback", opt=OPERATOR)
     async def rollback(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        plane: Plane,
+        slos: SLOs,
         actor: Actor,
         name: FromPath[str],
     ) -> Template:
         revision = whole(await form_of(request), "revision", low=1, required=False)
 
         async def write() -> DeploymentRecord:
-            return await services.plane.deployments.rollback(name, revision=revision, actor=actor)
+            return await plane.deployments.rollback(name, revision=revision, actor=actor)
 
-        return await _written(request, services, name, write, f"{name}: the canary is dropped.")
+        return await _written(request, plane, slos, name, write, f"{name}: the canary is dropped.")
 
 
 async def _written(
     request: Request[Any, Any, Any],
-    services: Services,
+    plane: ControlPlane,
+    slos: SLOTracker,
     name: str,
     write: Callable[[], Awaitable[DeploymentRecord]],
     done: str,
@@ -182,8 +193,8 @@ async def _written(
     except Conflict as exc:
         if exc.code != "revision_conflict":
             raise
-        record = await services.plane.deployments.get(name)
-        changes = await services.plane.audit.list("deployment", name, limit=1)
+        record = await plane.deployments.get(name)
+        changes = await plane.audit.list("deployment", name, limit=1)
         since = describe_change(changes[0]) if changes else "unknown"
         message = (
             f"Not changed: {name} was changed since this page was drawn (now revision "
@@ -196,12 +207,12 @@ async def _written(
             status_code=409,
             flash_message=message,
             flash_kind="error",
-            **await _card_context(services, record),
+            **await _card_context(plane, slos, record),
         )
     return render(
         request,
         "deployments/_card.html",
         flash_message=done,
         flash_kind="ok",
-        **await _card_context(services, record),
+        **await _card_context(plane, slos, record),
     )

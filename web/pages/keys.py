@@ -10,16 +10,17 @@ from litestar.params import FromPath
 from litestar.response import Template
 
 from vigil.engine.request import Priority
+from vigil.platform.control.plane import ControlPlane
 from vigil.platform.errors import InvalidRequest
-from vigil.platform.services import Services
 from vigil.web.auth import ADMIN, Actor
+from vigil.web.deps import Plane
 from vigil.web.forms import form_of, text, whole
 from vigil.web.render import render
 
 
-async def _keys(services: Services, **extra: Any) -> dict[str, Any]:
-    keys = await services.plane.keys.list()
-    deployments = [d.name for d in await services.plane.deployments.list()]
+async def _keys(plane: ControlPlane, **extra: Any) -> dict[str, Any]:
+    keys = await plane.keys.list()
+    deployments = [d.name for d in await plane.deployments.list()]
     return {"keys": keys, "deployments": deployments, **extra}
 
 
@@ -28,13 +29,11 @@ class KeysController(Controller):
     opt = ADMIN
 
     @get("/")
-    async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
-        return render(request, "keys/index.html", area="keys", **await _keys(services))
+    async def index(self, request: Request[Any, Any, Any], plane: Plane) -> Template:
+        return render(request, "keys/index.html", area="keys", **await _keys(plane))
 
     @post("/")
-    async def create(
-        self, request: Request[Any, Any, Any], services: Services, actor: Actor
-    ) -> Template:
+    async def create(self, request: Request[Any, Any, Any], plane: Plane, actor: Actor) -> Template:
         form = await form_of(request)
         name = text(form, "name")
         assert name is not None
@@ -43,26 +42,24 @@ class KeysController(Controller):
             raise InvalidRequest("'priority' must be interactive or batch.", param="priority")
         models = form.getall("models", []) or None
         rate = whole(form, "rate_limit_per_minute", low=1, required=False)
-        record, plaintext = await services.plane.keys.create(
-            name, priority, models, rate, actor=actor
-        )
+        record, plaintext = await plane.keys.create(name, priority, models, rate, actor=actor)
         return render(
-            request, "keys/_keys.html", **await _keys(services, created=record, plaintext=plaintext)
+            request, "keys/_keys.html", **await _keys(plane, created=record, plaintext=plaintext)
         )
 
     @post("/{name:str}/revoke")
     async def revoke(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        plane: Plane,
         actor: Actor,
         name: FromPath[str],
     ) -> Template:
-        await services.plane.keys.revoke(name, actor=actor)
+        await plane.keys.revoke(name, actor=actor)
         return render(
             request,
             "keys/_keys.html",
             flash_message=f"Revoked the key {name}.",
             flash_kind="ok",
-            **await _keys(services),
+            **await _keys(plane),
         )

@@ -8,14 +8,16 @@ import time
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get
-from litestar.params import QueryParameter
+from litestar.di import NamedDependency
+from litestar.params import FromQuery, QueryParameter
 from litestar.response import Template
 
 from vigil.platform.api.admin.audit import ADMIN_ONLY_ENTITIES
 from vigil.platform.control.alerts.service import MAX_LIST
 from vigil.platform.control.audit.service import MAX_LIMIT
-from vigil.platform.services import Services
+from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.web.auth import Viewer
+from vigil.web.deps import Plane, Workers
 from vigil.web.render import is_htmx, render
 
 DECISION_KINDS = ("shed_batch", "fallback", "rollback", "alert")
@@ -29,15 +31,13 @@ class DecisionsController(Controller):
     async def index(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
-        deployment: str | None = None,
-        kind: str | None = None,
+        plane: Plane,
+        deployment: FromQuery[str | None] = None,
+        kind: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIST)] = 100,
     ) -> Template:
-        found = await services.plane.alerts.decisions(
-            deployment or None, (kind,) if kind else (), limit
-        )
-        names = [d.name for d in await services.plane.deployments.list()]
+        found = await plane.alerts.decisions(deployment or None, (kind,) if kind else (), limit)
+        names = [d.name for d in await plane.deployments.list()]
         template = "decisions/_rows.html" if is_htmx(request) else "decisions/index.html"
         return render(
             request,
@@ -57,15 +57,15 @@ class AuditController(Controller):
     async def index(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
-        viewer: Viewer,
-        entity_type: str | None = None,
-        entity_name: str | None = None,
+        plane: Plane,
+        viewer: NamedDependency[Viewer],
+        entity_type: FromQuery[str | None] = None,
+        entity_name: FromQuery[str | None] = None,
         by: Annotated[str | None, QueryParameter(name="actor")] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)] = 100,
     ) -> Template:
         hidden = frozenset() if viewer.is_admin else ADMIN_ONLY_ENTITIES
-        entries = await services.plane.audit.list(
+        entries = await plane.audit.list(
             entity_type or None, entity_name or None, limit, hidden, by or None
         )
         template = "audit/_rows.html" if is_htmx(request) else "audit/index.html"
@@ -82,17 +82,17 @@ class WorkersController(Controller):
     path = "/workers"
 
     @get("/")
-    async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
+    async def index(self, request: Request[Any, Any, Any], workers: Workers) -> Template:
         template = "workers/_table.html" if is_htmx(request) else "workers/index.html"
-        return render(request, template, area="workers", workers=_workers(services))
+        return render(request, template, area="workers", workers=_workers(workers))
 
 
-def _workers(services: Services) -> list[dict[str, Any]]:
+def _workers(registry: WorkerRegistry) -> list[dict[str, Any]]:
     """This gateway's view of each worker: heartbeat age, and per loaded version its
     queue, KV use and measured step costs."""
     now = time.monotonic()
     rows = []
-    for replica in sorted(services.workers.replicas.values(), key=lambda r: r.id):
+    for replica in sorted(registry.replicas.values(), key=lambda r: r.id):
         slots = []
         for key, slot in sorted(replica.slots.items()):
             stats = slot.stats or {}

@@ -15,8 +15,8 @@ from litestar.response import Redirect, Response, Template
 
 from vigil.platform.api.admin.auth import client_address, sign_in
 from vigil.platform.errors import RateLimited, Unauthorized
-from vigil.platform.services import Services
 from vigil.web.auth import PUBLIC, Viewer, session_for
+from vigil.web.deps import Plane, SignIns
 from vigil.web.render import render, viewer_of
 
 HOME = "/console/"
@@ -47,13 +47,15 @@ class SignInController(Controller):
         return render(request, "console/login.html", next=_next(next_path), message=None)
 
     @post("/login")
-    async def sign_in(self, request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+    async def sign_in(
+        self, request: Request[Any, Any, Any], plane: Plane, sign_ins: SignIns
+    ) -> Response[Any]:
         form = await request.form()
         username, password = str(form.get("username") or ""), str(form.get("password") or "")
         target = _next(form.get("next"))
         address = client_address(request)
         try:
-            user = await sign_in(services.plane, services.sign_ins, username, password, address)
+            user = await sign_in(plane, sign_ins, username, password, address)
         except RateLimited as exc:
             return _again(
                 request, target, exc.message, 429, {"Retry-After": str(exc.retry_after_s)}
@@ -64,33 +66,27 @@ class SignInController(Controller):
             )
         # The epoch as stored now: a sign-in remembered by another gateway's cache may
         # predate a "sign out everywhere", and its session would end at once.
-        request.set_session(session_for(await services.plane.users.get(user.username)))
+        request.set_session(session_for(await plane.users.get(user.username)))
         details = {"address": address, "via": "console"}
-        await services.plane.audit.record(
-            user.username, "user.sign_in", "user", user.username, details
-        )
+        await plane.audit.record(user.username, "user.sign_in", "user", user.username, details)
         return Redirect(target, status_code=303)
 
     @post("/logout")
-    async def sign_out(self, request: Request[Any, Any, Any], services: Services) -> Redirect:
+    async def sign_out(self, request: Request[Any, Any, Any], plane: Plane) -> Redirect:
         viewer: Viewer = viewer_of(request)
         if viewer.user is not None:
             details = {"address": client_address(request), "via": "console"}
-            await services.plane.audit.record(
+            await plane.audit.record(
                 viewer.user.username, "user.sign_out", "user", viewer.user.username, details
             )
         request.clear_session()
         return Redirect("/console/login", status_code=303)
 
     @post("/logout-everywhere")
-    async def sign_out_everywhere(
-        self, request: Request[Any, Any, Any], services: Services
-    ) -> Redirect:
+    async def sign_out_everywhere(self, request: Request[Any, Any, Any], plane: Plane) -> Redirect:
         viewer: Viewer = viewer_of(request)
         if viewer.user is not None:
-            await services.plane.users.sign_out_everywhere(
-                viewer.user.username, actor=viewer.user.username
-            )
+            await plane.users.sign_out_everywhere(viewer.user.username, actor=viewer.user.username)
         request.clear_session()
         return Redirect("/console/login", status_code=303)
 

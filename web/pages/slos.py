@@ -10,18 +10,20 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath
 from litestar.response import Template
 
+from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import SLOTargets
-from vigil.platform.services import Services
+from vigil.platform.slo.tracker import SLOTracker
 from vigil.web.auth import OPERATOR, Actor
+from vigil.web.deps import Plane, SLOs
 from vigil.web.forms import checked, decimal, form_of, whole
 from vigil.web.render import render
 
 
-async def _card(services: Services, name: str) -> dict[str, Any]:
+async def _card(plane: ControlPlane, slos: SLOTracker, name: str) -> dict[str, Any]:
     return {
         "name": name,
-        "slo": await services.plane.deployments.get_slo(name),
-        "status": services.slos.status(name),
+        "slo": await plane.deployments.get_slo(name),
+        "status": slos.status(name),
     }
 
 
@@ -50,32 +52,33 @@ class SLOsController(Controller):
     path = "/slos"
 
     @get("/")
-    async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
-        names = [d.name for d in await services.plane.deployments.list()]
-        cards = [await _card(services, n) for n in names]
-        firing = await services.plane.alerts.recent("firing", 100)
+    async def index(self, request: Request[Any, Any, Any], plane: Plane, slos: SLOs) -> Template:
+        names = [d.name for d in await plane.deployments.list()]
+        cards = [await _card(plane, slos, n) for n in names]
+        firing = await plane.alerts.recent("firing", 100)
         return render(request, "slos/index.html", area="slos", cards=cards, firing=firing)
 
     @get("/{name:str}")
     async def card(
-        self, request: Request[Any, Any, Any], services: Services, name: FromPath[str]
+        self, request: Request[Any, Any, Any], plane: Plane, slos: SLOs, name: FromPath[str]
     ) -> Template:
-        return render(request, "slos/_card.html", **await _card(services, name))
+        return render(request, "slos/_card.html", **await _card(plane, slos, name))
 
     @post("/{name:str}", opt=OPERATOR)
     async def save(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        plane: Plane,
+        slos: SLOs,
         actor: Actor,
         name: FromPath[str],
     ) -> Template:
         targets = _targets(await form_of(request))
-        await services.plane.deployments.set_slo(name, targets, actor=actor)
+        await plane.deployments.set_slo(name, targets, actor=actor)
         return render(
             request,
             "slos/_card.html",
             flash_message=f"Saved the SLO of {name}.",
             flash_kind="ok",
-            **await _card(services, name),
+            **await _card(plane, slos, name),
         )

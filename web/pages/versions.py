@@ -11,18 +11,20 @@ from litestar.params import FromPath
 from litestar.response import Template
 
 from vigil.engine.bundled import ModelFormat
+from vigil.platform.control.plane import ControlPlane
 from vigil.platform.errors import InvalidRequest
-from vigil.platform.services import Services
+from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.web.auth import OPERATOR, Actor
+from vigil.web.deps import Plane, Workers
 from vigil.web.forms import decimal, form_of, text, whole
 from vigil.web.render import render
 
 FORMATS = [f.value for f in ModelFormat]
 
 
-async def _table_context(services: Services) -> dict[str, Any]:
-    versions = await services.plane.versions.list_versions()
-    replicas = sorted(services.workers.replicas.values(), key=lambda r: r.id)
+async def _table_context(plane: ControlPlane, workers: WorkerRegistry) -> dict[str, Any]:
+    versions = await plane.versions.list_versions()
+    replicas = sorted(workers.replicas.values(), key=lambda r: r.id)
     rows = []
     for v in versions:
         loads = []
@@ -62,24 +64,28 @@ class VersionsController(Controller):
     path = "/versions"
 
     @get("/")
-    async def index(self, request: Request[Any, Any, Any], services: Services) -> Template:
-        models = await services.plane.versions.list_models()
+    async def index(
+        self, request: Request[Any, Any, Any], plane: Plane, workers: Workers
+    ) -> Template:
+        models = await plane.versions.list_models()
         return render(
             request,
             "versions/index.html",
             area="versions",
             models=models,
             formats=FORMATS,
-            **await _table_context(services),
+            **await _table_context(plane, workers),
         )
 
     @get("/table")
-    async def table(self, request: Request[Any, Any, Any], services: Services) -> Template:
-        return render(request, "versions/_table.html", **await _table_context(services))
+    async def table(
+        self, request: Request[Any, Any, Any], plane: Plane, workers: Workers
+    ) -> Template:
+        return render(request, "versions/_table.html", **await _table_context(plane, workers))
 
     @post("/", opt=OPERATOR)
     async def register(
-        self, request: Request[Any, Any, Any], services: Services, actor: Actor
+        self, request: Request[Any, Any, Any], plane: Plane, workers: Workers, actor: Actor
     ) -> Template:
         form = await form_of(request)
         model, version, artifact = (
@@ -91,7 +97,7 @@ class VersionsController(Controller):
         fmt = text(form, "format", required=False)
         if fmt is not None and fmt not in FORMATS:
             raise InvalidRequest(f"'format' must be one of {', '.join(FORMATS)}.", param="format")
-        record = await services.plane.versions.register_version(
+        record = await plane.versions.register_version(
             model,
             version,
             artifact,
@@ -105,23 +111,24 @@ class VersionsController(Controller):
             flash_message=f"Registered {record.ref.key}; give it a canary weight of 0 on a "
             "deployment to have the workers load it.",
             flash_kind="ok",
-            **await _table_context(services),
+            **await _table_context(plane, workers),
         )
 
     @post("/{model:str}/{version:str}/retire", opt=OPERATOR)
     async def retire(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        plane: Plane,
+        workers: Workers,
         actor: Actor,
         model: FromPath[str],
         version: FromPath[str],
     ) -> Template:
-        record = await services.plane.versions.retire_version(model, version, actor=actor)
+        record = await plane.versions.retire_version(model, version, actor=actor)
         return render(
             request,
             "versions/_table.html",
             flash_message=f"Retired {record.ref.key}.",
             flash_kind="ok",
-            **await _table_context(services),
+            **await _table_context(plane, workers),
         )

@@ -45,7 +45,7 @@ class AlertController(Controller):
         self,
         plane: Plane,
         alert_state: Annotated[
-            Literal["firing", "resolved"] | None, QueryParameter(query="state")
+            Literal["firing", "resolved"] | None, QueryParameter(name="state")
         ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIST)] = 100,
     ) -> list[AlertOut]:

@@ -9,9 +9,9 @@ from litestar import Controller, get
 from litestar.params import QueryParameter
 from msgspec import Struct, convert
 
-from vigil.platform.api.admin.deps import Plane
+from vigil.platform.api.admin.deps import Plane, User
 from vigil.platform.api.admin.responses import error_responses
-from vigil.platform.control.access.records import Role, UserRecord
+from vigil.platform.control.access.records import Role
 from vigil.platform.control.audit.service import MAX_LIMIT
 
 ADMIN_ONLY_ENTITIES = frozenset({"user", "key"})
@@ -35,7 +35,7 @@ class AuditController(Controller):
     async def list_audit(
         self,
         plane: Plane,
-        user: UserRecord,
+        user: User,
         entity_type: Annotated[
             str | None, QueryParameter(description="deployment, version, model, webhook, user, key")
         ] = None,

@@ -8,9 +8,10 @@ from litestar import Controller, get
 from litestar.params import FromPath
 from msgspec import Struct
 
+from vigil.platform.api.admin.deps import SLOs
 from vigil.platform.api.admin.responses import error_responses
 from vigil.platform.errors import NotFound
-from vigil.platform.slo.tracker import DeploymentSLO, SLOTracker
+from vigil.platform.slo.tracker import DeploymentSLO
 
 
 class Counts(Struct, kw_only=True):
@@ -64,11 +65,11 @@ class SLOController(Controller):
     path = "/slo"
 
     @get("/", summary="Every deployment against its SLO", responses=error_responses())
-    async def list_status(self, slos: SLOTracker) -> list[SLOStatusOut]:
+    async def list_status(self, slos: SLOs) -> list[SLOStatusOut]:
         return [status_out(s) for n in slos.deployments() if (s := slos.status(n))]
 
     @get("/{name:str}", summary="A deployment against its SLO", responses=error_responses(404))
-    async def get_status(self, slos: SLOTracker, name: FromPath[str]) -> SLOStatusOut:
+    async def get_status(self, slos: SLOs, name: FromPath[str]) -> SLOStatusOut:
         status = slos.status(name)
         if status is None:
             raise NotFound(

@@ -10,6 +10,7 @@ from litestar import Controller, get
 from litestar.params import FromPath, QueryParameter
 from msgspec import Struct
 
+from vigil.platform.api.admin.deps import Traces
 from vigil.platform.api.admin.responses import error_responses
 from vigil.platform.errors import NotFound
 from vigil.platform.telemetry.tracing import TraceRing
@@ -78,7 +79,7 @@ class TraceController(Controller):
     @get("/", summary="The last traces kept, newest first", responses=error_responses(404))
     async def list_traces(
         self,
-        traces: TraceRing | None,
+        traces: Traces,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_TRACES)] = 50,
     ) -> list[TraceSummaryOut]:
         out = []
@@ -97,7 +98,7 @@ class TraceController(Controller):
         return out
 
     @get("/{trace_id:str}", summary="One trace's spans", responses=error_responses(404))
-    async def get_trace(self, traces: TraceRing | None, trace_id: FromPath[str]) -> TraceOut:
+    async def get_trace(self, traces: Traces, trace_id: FromPath[str]) -> TraceOut:
         spans = _ring(traces).get(trace_id.lower())
         if spans is None:
             raise NotFound(

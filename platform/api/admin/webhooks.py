@@ -15,9 +15,9 @@ from msgspec.structs import asdict
 
 from vigil.platform.api.admin.auth import OPERATOR
 from vigil.platform.api.admin.bodies import In, Name, given
-from vigil.platform.api.admin.deps import Actor, Plane
+from vigil.platform.api.admin.deps import Actor, Plane, User
 from vigil.platform.api.admin.responses import error_responses, write_responses
-from vigil.platform.control.access.records import Role, UserRecord
+from vigil.platform.control.access.records import Role
 from vigil.platform.control.webhooks.records import WebhookFormat, WebhookRecord
 
 
@@ -74,7 +74,7 @@ class WebhookController(Controller):
     path = "/webhooks"
 
     @get("/", summary="List webhooks", responses=error_responses())
-    async def list_webhooks(self, plane: Plane, user: UserRecord) -> list[WebhookOut]:
+    async def list_webhooks(self, plane: Plane, user: User) -> list[WebhookOut]:
         may_operate = user.may(Role.OPERATOR)
         return [webhook_out(w.shown(may_operate=may_operate)) for w in await plane.webhooks.list()]
 

@@ -14,6 +14,7 @@ import pytest
 from fakes import FakeEmbedder, FakeWorkers, Gateway, running_gateway, tiny_engine
 
 from vigil.engine.bundled import MINILM, SMOLLM2
+from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.control.specs import bundled_version
 
 KEY = bundled_version(SMOLLM2).key
@@ -101,9 +102,16 @@ async def test_a_body_over_the_limit_is_a_413_naming_it(client: httpx.AsyncClien
 
 
 async def test_prompt_text_over_the_limit_is_refused_before_it_is_tokenized(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, smollm2_tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    t0 = time.monotonic()
+    encoded: list[int] = []  # the length of each text the gateway tokenized
+    encode = smollm2_tokenizer.encode
+
+    def counted(text: str, max_tokens: int | None = None) -> list[int]:
+        encoded.append(len(text))
+        return encode(text, max_tokens)
+
+    monkeypatch.setattr(smollm2_tokenizer, "encode", counted)
     half = "word " * (MAX_CHARS // 10 + 1)
     chat = [{"role": "system", "content": half}, {"role": "user", "content": half}]
     error = await post(client, {"model": SMOLLM2, "messages": chat})
@@ -113,7 +121,7 @@ async def test_prompt_text_over_the_limit_is_refused_before_it_is_tokenized(
         client, {"model": SMOLLM2, "prompt": "x" * (MAX_CHARS + 1)}, path="/v1/completions"
     )
     assert (text["param"], text["code"]) == ("prompt", "prompt_too_large")
-    assert time.monotonic() - t0 < 1.0  # nothing was tokenized
+    assert encoded == []  # nothing was tokenized
     inputs = ["a b", "y" * (MAX_CHARS + 1)]
     embed = await post(client, {"model": MINILM, "input": inputs}, path="/v1/embeddings")
     assert (embed["param"], embed["code"]) == ("input[1]", "input_too_large")
@@ -151,20 +159,19 @@ async def test_a_one_megabyte_prompt_holds_up_neither_probes_nor_streams(
         return latencies
 
     big_chat = {"model": SMOLLM2, "messages": [{"role": "user", "content": big}]}
+    t0 = time.monotonic()
     tokenizing = asyncio.create_task(client.post("/v1/chat/completions", json=big_chat))
     streaming = asyncio.create_task(stream())
     latencies = await probes()
+    took_s = time.monotonic() - t0
     refused = await tokenizing
     await streaming
     assert refused.status_code == 400  # tokenized, then over the context window
     assert refused.json()["error"]["code"] == "context_length_exceeded"
-    # It took a while (over a second on one core), and the others were served all along:
-    # held by it, they would wait all of it. The bounds leave room for a busy machine.
+    # The others were served all along. Held by it, a probe or a token would wait about
+    # all of it: each waited a small part of it instead, however busy the machine (a
+    # slower machine makes both slower), and many were served meanwhile.
     assert len(latencies) >= 10, latencies
-    assert quantile(latencies, 0.9) < 0.05 and max(latencies) < 0.25, sorted(latencies)[-5:]
-    assert len(gaps) > 20, gaps
-    assert quantile(gaps[5:], 0.9) < 0.05 and max(gaps) < 0.25, sorted(gaps)[-5:]
-
-
-def quantile(values: list[float], q: float) -> float:
-    return sorted(values)[int(q * (len(values) - 1))]
+    assert max(latencies) < took_s / 4, (took_s, sorted(latencies)[-5:])
+    assert len(gaps) > 10, gaps
+    assert max(gaps) < took_s / 4, (took_s, sorted(gaps)[-5:])

@@ -217,9 +217,14 @@ async def test_vigil_plan_prints_the_plan_or_says_what_is_wrong(
     async with serving(asgi) as url:
 
         def plan(*flags: str) -> int:
+            # Heard just now: on a busy machine the worker's last beat could otherwise age
+            # past the heartbeat timeout between two calls, and the plan find no worker.
+            beat(view.workers, "w1", costs)
             monkeypatch.setattr("sys.stdin", io.StringIO("eve password\n"))
             args = ["plan", "--gateway", url, "--user", "eve", "--password-stdin"]
             return main([*args, "--deployment", SMOLLM2, *flags])
+
+        costs: CostsWire | None = COSTS
 
         sizes = ["--prompt-tokens", "mean=150,p99=600", "--output-tokens", "32"]
         assert await asyncio.to_thread(plan, "--rps", "3", *sizes) == 0
@@ -235,6 +240,6 @@ async def test_vigil_plan_prints_the_plan_or_says_what_is_wrong(
         assert await asyncio.to_thread(plan, "--rps", "3", "--ttft-p99", "0.01", *sizes) == 1
         out = capsys.readouterr().out
         assert "none suffices" in out and "no number of workers helps" in out
-        beat(view.workers, "w1", None)
+        costs = None
         assert await asyncio.to_thread(plan, "--rps", "3", *sizes) == 2
         assert "409" in (err := capsys.readouterr().err) and "step costs" in err

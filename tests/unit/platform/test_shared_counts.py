@@ -124,4 +124,5 @@ async def test_a_redis_that_never_answers_holds_an_operation_for_a_bounded_time(
         started = time.monotonic()
         assert await counts.run(incr) == (counts.memory, 2)
         assert await counts.probe() is False
-        assert time.monotonic() - started < 0.1
+        # At once: trying the silent port again would take a whole REDIS_TIMEOUT_S.
+        assert time.monotonic() - started < REDIS_TIMEOUT_S / 2

@@ -166,7 +166,9 @@ async def test_a_worker_gone_silent_mid_answer_fails_the_stream_within_the_idle_
         waited_s = time.monotonic() - t0
     assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.ERROR
     assert "ReadTimeout" in (finish.error or "")
-    assert 0.25 <= waited_s < 1.5, waited_s
+    # Not before the bound (a busy machine only makes it later); the ReadTimeout says the
+    # bound, not the 5 s above, ended it.
+    assert waited_s >= 0.25, waited_s
     assert failed == ["w9"]
 
 

@@ -48,7 +48,10 @@ async def points_from_stream(client: httpx.AsyncClient, until: Any, timeout_s: f
 
 async def test_the_page_carries_each_deployments_charts_and_history(gateway: Gateway) -> None:
     async with httpx.AsyncClient(base_url=gateway.url) as client:
-        await asyncio.sleep(1.2)  # a sample or two
+        for _ in range(600):  # until the sampler's first point, however busy the machine
+            if gateway.services.series.points(SMOLLM2):
+                break
+            await asyncio.sleep(0.05)
         page = (await client.get("/console/")).text
     assert f'data-deployment="{SMOLLM2}"' in page
     for chart in ("queue", "running", "kv", "ttft", "forecast", "tokens", "requests"):
