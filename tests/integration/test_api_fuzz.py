@@ -97,6 +97,7 @@ ADMIN_WRITES = [
     "POST /api/admin/keys/{name}/revoke",
     "POST /api/admin/users",
     "PATCH /api/admin/users/{username}",
+    "POST /api/admin/users/{username}/sign-out",
     "POST /api/admin/plan",
 ]
 ADMIN = ("fuzz-admin", "fuzz-password-1")
