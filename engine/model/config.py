@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Weight-only quantizations of a decoder (model.quantized); "none" keeps --dtype's.
-QUANTIZATIONS = ("none", "int4")
+# Weight-only quantizations of a decoder (model.quantized); "none" keeps --dtype's;
+# "auto" follows the model's own weights on this device (engine/precision.py).
+QUANTIZATIONS = ("none", "int4", "int8", "auto")
 
 # The RoPE variants model/rope.py computes, as Hugging Face configs name them.
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
