@@ -1,4 +1,5 @@
-"""Load a decoder's GGUF file: dequantize the weights, build the tokenizer.
+"""Load a decoder's GGUF file: its config, its weights as read (gguf_blocks.py), its
+tokenizer (gguf_tokenizer.py).
 
 The weights come back under Hugging Face's names and layout, whatever the
 architecture (gguf_architectures.py says what each changed). For `llama` files
@@ -16,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import gguf
 import numpy as np
-from tokenizers import AddedToken, decoders, models, pre_tokenizers
-from tokenizers import Tokenizer as HFTokenizer
 
 from vigil.engine.loaders.gguf_architectures import (
     MODEL_TYPES,
@@ -26,13 +25,10 @@ from vigil.engine.loaders.gguf_architectures import (
     config_from_gguf,
     hf_name,
 )
+from vigil.engine.loaders.gguf_tokenizer import gguf_tokenizer
 from vigil.engine.loaders.progress import progress
 from vigil.engine.model.config import DecoderConfig
 from vigil.engine.tokenizer import Tokenizer
-
-_CONTROL = 3  # gguf TokenType.CONTROL
-_USER_DEFINED = 4
-
 
 if TYPE_CHECKING:
     from vigil.engine.model.codes import Weight
@@ -88,39 +84,10 @@ class GGUFFile:
         return read_weights(self.path, self.arch, infos, cfg, codes)
 
     def tokenizer(self) -> Tokenizer:
-        model = self.field("tokenizer.ggml.model")
-        if model != "gpt2":
-            raise ValueError(f"{self.path.name}: tokenizer {model!r} is not supported (only gpt2)")
-        tokens: list[str] = list(self.field("tokenizer.ggml.tokens"))
-        types: list[int] = list(self.field("tokenizer.ggml.token_type"))
-        merges = [tuple(m.split(" ", 1)) for m in self.field("tokenizer.ggml.merges")]
-        vocab = {tok: i for i, tok in enumerate(tokens)}
-        backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
-        pre: list[pre_tokenizers.PreTokenizer] = []
-        if self.field("tokenizer.ggml.pre") in ("smollm", "starcoder", "refact"):
-            pre.append(pre_tokenizers.Digits(individual_digits=True))
-        pre.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
-        backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
-        backend.decoder = decoders.ByteLevel()
-        special = [
-            AddedToken(tok, special=True, normalized=False)
-            for tok, ty in zip(tokens, types, strict=True)
-            if ty in (_CONTROL, _USER_DEFINED)
-        ]
-        backend.add_special_tokens(special)
-        eos = self.field("tokenizer.ggml.eos_token_id")
-        bos = self.field("tokenizer.ggml.bos_token_id")
-        eos_ids = {int(eos)} if eos is not None else set()
-        eot = self.field("tokenizer.ggml.eot_token_id")
-        if eot is not None:
-            eos_ids.add(int(eot))
-        return Tokenizer(
-            backend,
-            eos_token_ids=frozenset(eos_ids),
-            chat_template=self.field("tokenizer.chat_template"),
-            bos_token=tokens[int(bos)] if bos is not None else None,
-            eos_token=tokens[int(eos)] if eos is not None else None,
-        )
+        try:
+            return gguf_tokenizer(self.field, self.arch)
+        except ValueError as e:
+            raise ValueError(f"{self.path.name}: {e}") from e
 
 
 @dataclass(frozen=True, slots=True)
