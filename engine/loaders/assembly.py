@@ -59,9 +59,12 @@ def assemble_decoder(
     precision: Precision,
     dtype: torch.dtype,
     device: torch.device,
+    head: bool = True,
 ) -> CausalLM:
-    """A ready decoder from Hugging Face-named weights, each used as it comes."""
-    assembly = _Assembly(cfg, precision, dtype, device)
+    """A ready decoder from Hugging Face-named weights, each used as it comes.
+    `head`: False for an embedder's, which needs the hidden states only (a checkpoint's
+    output head, if it has one, is passed over)."""
+    assembly = _Assembly(cfg, precision, dtype, device, head)
     for name, weight in weights:
         assembly.add(name, weight)
     return assembly.finish()
@@ -69,11 +72,19 @@ def assemble_decoder(
 
 class _Assembly:
     def __init__(
-        self, cfg: DecoderConfig, precision: Precision, dtype: torch.dtype, device: torch.device
+        self,
+        cfg: DecoderConfig,
+        precision: Precision,
+        dtype: torch.dtype,
+        device: torch.device,
+        head: bool,
     ) -> None:
         with torch.device("meta"):
             self.model = family(cfg.architecture).model(cfg)
+        if not head:
+            self.model.lm_head = nn.Identity()  # type: ignore[assignment]
         self.cfg, self.precision, self.dtype, self.device = cfg, precision, dtype, device
+        self.head = head
         self.kernel: Kernel | None = None
         if precision.quantization != "none":
             self.kernel = choose_kernel()
@@ -83,6 +94,8 @@ class _Assembly:
 
     def add(self, name: str, weight: Weight) -> None:
         if name.endswith("rotary_emb.inv_freq"):  # old checkpoints' RoPE tables: ours are made
+            return
+        if not self.head and name.startswith("lm_head."):
             return
         match = _LAYER.fullmatch(name)
         if match is None or match[2] not in _PART_OF:
@@ -118,7 +131,7 @@ class _Assembly:
         quantized = self.kernel is not None
         if quantized and module_name.startswith("model.layers.") and isinstance(module, nn.Linear):
             self._pack_when_whole(module_name, attr, weight)
-        elif quantized and module_name in _TABLES and self._is_head(module_name):
+        elif quantized and self.head and module_name in _TABLES and self._is_head(module_name):
             self._pack_head(weight)
         else:
             tensor = dequantized(weight).to(device=self.device, dtype=self.dtype)
@@ -167,7 +180,7 @@ class _Assembly:
 
     def finish(self) -> CausalLM:
         model = self.model
-        if self.kernel is None and self.cfg.tie_word_embeddings:
+        if self.kernel is None and self.head and self.cfg.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
         model.rebuild_buffers()
         tensors = chain(model.named_parameters(), model.named_buffers())

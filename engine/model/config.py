@@ -180,6 +180,10 @@ def layer_windows(cfg: dict[str, Any], default_types: list[str]) -> tuple[int | 
     return tuple(int(window) if t == "sliding_attention" else None for t in types)
 
 
+# The BERT-family encoders model/bert.py runs, by Hugging Face `model_type`.
+BERT_FAMILY = ("bert", "roberta", "xlm-roberta")
+
+
 @dataclass(frozen=True, slots=True)
 class BertConfig:
     vocab_size: int
@@ -187,12 +191,20 @@ class BertConfig:
     intermediate_size: int
     num_layers: int
     num_heads: int
-    max_position: int
+    max_position: int  # rows of the position table
     type_vocab_size: int
     layer_norm_eps: float
+    # Position of the first token in the table: RoBERTa and XLM-R count positions from
+    # padding_idx + 1 (their table's first rows belong to padding); BERT from 0.
+    position_offset: int = 0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_position - self.position_offset
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> BertConfig:
+        roberta = cfg.get("model_type") in ("roberta", "xlm-roberta")
         return cls(
             vocab_size=cfg["vocab_size"],
             hidden_size=cfg["hidden_size"],
@@ -202,4 +214,5 @@ class BertConfig:
             max_position=cfg["max_position_embeddings"],
             type_vocab_size=cfg.get("type_vocab_size", 2),
             layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
+            position_offset=int(cfg.get("pad_token_id") or 0) + 1 if roberta else 0,
         )

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from vigil.engine.bundled import MINILM, bundled_source
-from vigil.engine.loaders.embedder import EmbeddingModel, Pooling, load_embedding_model
+from vigil.engine.loaders.embedder import EmbeddingModel, load_embedding_model
+from vigil.engine.model.pooling import Pooling
 
 pytestmark = pytest.mark.slow
 
