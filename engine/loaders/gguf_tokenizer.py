@@ -118,7 +118,7 @@ def _sentencepiece(field: Field, arch: str, tokens: list[str], types: list[int])
             byte_fallback=True,
         )
     )
-    space = [normalizers.Replace(" ", _SPACE)]
+    space: list[normalizers.Normalizer] = [normalizers.Replace(" ", _SPACE)]
     strip: list[decoders.Decoder] = []
     if field("tokenizer.ggml.add_space_prefix", True):
         space.insert(0, normalizers.Prepend(_SPACE))
