@@ -3,20 +3,29 @@
 The tiny Llama and Qwen2 checkpoints (tests/tiny_checkpoints.py) written as GGUF with
 the `gguf` package's own quantizers, one type a file (and one mixed file: Q8_0 for
 attn_v and ffn_down beside Q4_0, the way Q4_K_M keeps Q6_K there), load with
-`--quantization auto` on the path their type takes (README "GGUF types"). Held to the
-same file loaded as float32 (`none`: its own dequantized weights), teacher-forced on
-the engine's greedy tokens:
+`--quantization auto` on the path their type takes (README "GGUF types"). K-quants,
+which the package cannot write, come from llama.cpp's `llama-quantize` where one is on
+the PATH (or named by $LLAMA_QUANTIZE), and are skipped otherwise. Each is held to the
+same file loaded as float32 (`none`: its own dequantized weights):
 
+- the weights each packed linear holds (read back through its kernel) within the
+  type's stated error of the file's: int4 within 1e-3 of the largest weight (Q4_K's
+  scales rounded to float16; Q4_0 and Q4_1 exact), int8 within 5e-3 (Q5_1, Q5_K and
+  Q6_K requantized to 1/127 of each group's largest; Q8_0 and Q5_0 exact); ATen's
+  kernels round the scales to bfloat16, 1e-2;
+- teacher-forced on the engine's greedy tokens, logits within 15% of the largest logit
+  on the kernel this CPU runs (VNNI rounds activations to int8 per group of 32). These
+  random models amplify any rounding (weights of 0.2 deviation; Q8_0's own 0.4% weight
+  error moves their logits by 0.4 of 6.5): a misplaced block or row moves them by all;
 - on the AVX2 kernel (float32 activations and scales) the int4 layers are the file's
-  weights exactly: hidden states within 1e-4;
-- on the kernel this CPU runs (VNNI: activations rounded to int8 per group of 32),
-  logits within 15% of the largest logit. These random models amplify any rounding
-  (weights of 0.2 deviation; Q8_0's own 0.4% weight error moves their logits by
-  0.4 of 6.5): a misplaced block or row would move them by all of it.
+  weights exactly: hidden states within 1e-4.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,12 +42,15 @@ from vigil.engine.loaders import assembly
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
 from vigil.engine.model.packed import Kernel
-from vigil.engine.model.quantized import Int4Linear, Int8Linear
+from vigil.engine.model.quantized import Int4Linear, Int8Linear, PackedLinear
 from vigil.engine.request import RequestId
 
 T = gguf.GGMLQuantizationType
 RELATIVE_TOLERANCE = 0.15
 EXACT_ATOL = 1e-4
+# what a packed linear may hold off the file's weights, over the largest weight
+HELD_TOLERANCE = {Int4Linear: 1e-3, Int8Linear: 5e-3}
+ATEN_HELD_TOLERANCE = 1e-2
 
 
 def mixed(name: str) -> gguf.GGMLQuantizationType:
@@ -99,6 +111,33 @@ def worst_difference(ours: LanguageModel, reference: LanguageModel) -> tuple[flo
     return worst, scale
 
 
+def assert_holds_the_files_weights(ours: LanguageModel, reference: LanguageModel) -> None:
+    """Every packed linear's weights, read back through its kernel (one 1.0 a row: exact
+    for every kernel's activations), against the float model's of the same file."""
+    floats = dict(reference.model.named_modules())
+    for name, linear in ours.model.named_modules():
+        if not isinstance(linear, PackedLinear):
+            continue
+        held = linear.packed_mm(torch.eye(linear.in_features)).T
+        # the head (tied, it is found first as the embeddings' rows)
+        is_head = linear is ours.model.lm_head
+        expected = reference.model.lm_head.weight if is_head else floats[name].weight
+        error = float((held - expected).abs().max() / expected.abs().max())
+        bound = HELD_TOLERANCE[type(linear)]
+        assert error <= (ATEN_HELD_TOLERANCE if linear.kernel is Kernel.ATEN else bound), name
+
+
+def check(file: Path, path: str, tolerance: float = RELATIVE_TOLERANCE) -> LanguageModel:
+    """The file loads with auto on `path`, holds its weights, and answers as its float32."""
+    auto, float32 = load(file, "auto"), load(file, "none")
+    assert auto.precision.quantization == path
+    assert_holds_the_files_weights(auto, float32)
+    worst, scale = worst_difference(auto, float32)
+    print(f"{file.name} ({path}): max |logit diff| {worst:.3g} of {scale:.3g}")
+    assert worst <= tolerance * scale
+    return auto
+
+
 @pytest.mark.parametrize("name", list(TYPES))
 def test_each_type_runs_on_its_path_and_answers_as_its_file(
     checkpoint: tuple[Path, transformers.PreTrainedModel], name: str
@@ -107,15 +146,43 @@ def test_each_type_runs_on_its_path_and_answers_as_its_file(
     types, path = TYPES[name]
     file = folder / f"{name}.gguf"
     write_gguf(file, reference, types)
-    auto = load(file, "auto")
-    assert auto.precision.quantization == path
+    auto = check(file, path)
     linears = {type(m) for m in auto.model.model.layers.modules()}
     if path == "int4":
         assert Int4Linear in linears
         assert (Int8Linear in linears) == (name == "Q4_0+Q8_0")  # the finer tensors kept
-    worst, scale = worst_difference(auto, load(file, "none"))
-    print(f"{name} ({path}): max |logit diff| {worst:.3g} of {scale:.3g}")
-    assert worst <= RELATIVE_TOLERANCE * scale
+
+
+def llama_quantize() -> str | None:
+    return os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-quantize")
+
+
+# llama-quantize's types -> the path auto takes (Q4_K_M and Q4_K_S keep some tensors at
+# Q6_K / Q5_K, int8 beside the int4 ones)
+K_QUANTS = {"Q4_K_M": "int4", "Q4_K_S": "int4", "Q5_K_M": "int8", "Q6_K": "int8"}
+
+
+@pytest.mark.skipif(
+    llama_quantize() is None,
+    reason="no llama-quantize on the PATH or in $LLAMA_QUANTIZE (README: GGUF types)",
+)
+@pytest.mark.parametrize("name", list(K_QUANTS))
+def test_k_quants_from_llama_quantize_run_on_their_path_and_answer_as_their_file(
+    tmp_path_factory: pytest.TempPathFactory, name: str
+) -> None:
+    """A K-quant block is 256 weights a row: the tiny Llama made 256 wide. Wider, the
+    random model amplifies rounding more (its logits moved by up to 0.34 of the largest
+    for Q5_K_M, 0.14 for Q4_K_M): the held weights are the check, the logits' 40% one
+    against a misplaced block."""
+    folder = tmp_path_factory.mktemp("k-quants")
+    wide = {"hidden_size": 256, "intermediate_size": 512, "head_dim": 64}
+    source = folder / "f32.gguf"
+    write_gguf(source, save_tiny(folder, "llama", wide))
+    file = folder / f"{name}.gguf"
+    quantizer = llama_quantize()
+    assert quantizer is not None
+    subprocess.run([quantizer, str(source), str(file), name], check=True, capture_output=True)
+    check(file, K_QUANTS[name], tolerance=0.4)
 
 
 @pytest.mark.skipif(packed_matmul_ext() is None, reason="the packed-matmul extension did not build")
