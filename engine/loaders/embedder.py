@@ -24,10 +24,16 @@ from vigil.engine.loaders import hf
 from vigil.engine.loaders.assembly import assemble_decoder
 from vigil.engine.loaders.sentence_transformers import read_pipeline
 from vigil.engine.model.bert import BertModel
-from vigil.engine.model.config import BERT_FAMILY, BertConfig, DecoderConfig
+from vigil.engine.model.config import (
+    BERT_FAMILY,
+    DECODER_TYPES,
+    BertConfig,
+    DecoderConfig,
+    Pooling,
+)
 from vigil.engine.model.decoder_encoder import DecoderEncoder
-from vigil.engine.model.families import FAMILIES, family
-from vigil.engine.model.pooling import Pooling, pool
+from vigil.engine.model.families import family
+from vigil.engine.model.pooling import pool
 from vigil.engine.precision import Precision
 
 
@@ -95,10 +101,10 @@ def load_embedding_model(
     folder = source.path
     raw = hf.read_config(folder)
     model_type = raw.get("model_type")
-    if model_type not in BERT_FAMILY and model_type not in FAMILIES:
+    if model_type not in BERT_FAMILY and model_type not in DECODER_TYPES:
         raise ValueError(
             f"{folder}: model_type {model_type!r} is not supported for embeddings "
-            f"({', '.join((*BERT_FAMILY, *FAMILIES))})"
+            f"({', '.join((*BERT_FAMILY, *DECODER_TYPES))})"
         )
     pipeline = read_pipeline(folder, int(raw["hidden_size"]))  # before the weights: cheap
     encoder: nn.Module

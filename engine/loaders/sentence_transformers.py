@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vigil.engine.model.pooling import Pooling
+from vigil.engine.model.config import Pooling
 
 _MODULES = ("Transformer", "Pooling", "Normalize")
 # sentence-transformers' pooling flags (<= 5.x) and mode names (6.x) -> ours

@@ -8,7 +8,11 @@ family here implements is refused at load rather than served wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
+
+# The decoder families Vigil runs, by Hugging Face `model_type` (model/families.py).
+DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
 
 # Weight-only quantizations of a decoder (model.quantized); "none" keeps --dtype's;
 # "auto" follows the model's own weights on this device (engine/precision.py).
@@ -182,6 +186,14 @@ def layer_windows(cfg: dict[str, Any], default_types: list[str]) -> tuple[int | 
 
 # The BERT-family encoders model/bert.py runs, by Hugging Face `model_type`.
 BERT_FAMILY = ("bert", "roberta", "xlm-roberta")
+
+
+class Pooling(StrEnum):
+    """How an embedder makes one vector of a text's last hidden states (model/pooling.py)."""
+
+    MEAN = "mean"  # average of the real tokens' last hidden states
+    CLS = "cls"  # the first token's (BERT's [CLS], RoBERTa's <s>)
+    LAST = "lasttoken"  # the last real token's: decoder embedders, whose last token saw all
 
 
 @dataclass(frozen=True, slots=True)

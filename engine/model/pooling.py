@@ -3,15 +3,9 @@ Pooling module computes it."""
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import torch
 
-
-class Pooling(StrEnum):
-    MEAN = "mean"  # average of the real tokens' last hidden states
-    CLS = "cls"  # the first token's (BERT's [CLS], RoBERTa's <s>)
-    LAST = "lasttoken"  # the last real token's: decoder embedders, whose last token saw all
+from vigil.engine.model.config import Pooling
 
 
 def pool(

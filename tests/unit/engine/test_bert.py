@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from vigil.engine.bundled import MINILM, bundled_source
 from vigil.engine.loaders.embedder import EmbeddingModel, load_embedding_model
-from vigil.engine.model.pooling import Pooling
+from vigil.engine.model.config import Pooling
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from tokenizers import pre_tokenizers, processors
 from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
 from vigil.engine.loaders.embedder import EmbeddingModel, load_embedding_model
 from vigil.engine.loaders.sentence_transformers import read_pipeline
-from vigil.engine.model.pooling import Pooling as VigilPooling
+from vigil.engine.model.config import Pooling as VigilPooling
 
 VOCAB = 300
 SHAPE: dict[str, Any] = {
