@@ -58,7 +58,7 @@ def test_parse_bytes(text: str, expected: int) -> None:
         ({"max_num_seqs": "0"}, "max_num_seqs"),
         ({"kv_cache_memory": "lots"}, "size in bytes"),
         ({"routing": "random"}, "routing must be 'p2c' or 'round_robin'"),
-        ({"quantization": "int3"}, "quantization 'int3' is not supported \\(none, int4, int8, auto\\)"),
+        ({"quantization": "int3"}, r"'int3' is not supported \(none, int4, int8, auto\)"),
     ],
 )
 def test_bad_values_name_the_setting(flags: dict[str, object], mentions: str) -> None:
