@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -32,9 +32,7 @@ class LanguageModel:
     tokenizer: Tokenizer
     device: torch.device
     dtype: torch.dtype
-    # what the weights run as and why (--quantization auto resolved); the default is
-    # for decoders built in memory (tests), which are float
-    precision: Precision = field(default_factory=lambda: Precision("none", "float32", "built"))
+    precision: Precision  # what the weights run as and why (--quantization auto resolved)
 
 
 def load_language_model(
@@ -94,19 +92,3 @@ def _open_gguf(
     precision = resolve_precision(quantization, device.type, dtype, file.linear_types())
     weights = file.weights(cfg, codes=precision.quantization != "none")
     return cfg, file.tokenizer(), precision, weights
-
-
-def build_decoder(
-    cfg: DecoderConfig, weights: dict[str, torch.Tensor], device: torch.device
-) -> CausalLM:
-    """A float decoder from Hugging Face-named weights in memory (consumed: the dict is
-    emptied as it goes), in the weights' own dtype."""
-    dtype = next(iter(weights.values())).dtype
-
-    def drain() -> Iterator[tuple[str, Weight]]:
-        while weights:
-            name = next(iter(weights))
-            yield name, weights.pop(name)
-
-    precision = Precision("none", str(dtype).removeprefix("torch."), "built")
-    return assemble_decoder(cfg, drain(), precision, dtype, device)

@@ -44,7 +44,6 @@ from vigil.engine.model.codes import (
     Codes,
     Int4Codes,
     Int8Codes,
-    quantize_int4,
     quantize_int8,
 )
 from vigil.engine.model.config import QUANTIZATIONS
@@ -53,7 +52,6 @@ from vigil.engine.model.llama import DecoderLayer, LlamaForCausalLM
 from vigil.engine.model.packed import (
     Kernel,
     bfloat16_weight,
-    choose_kernel,
     extension,
     few_rows,
     fits,
@@ -166,23 +164,6 @@ class Int8Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.rows.rows(ids, self.dtype)
-
-
-def quantize_model(model: CausalLM, fused: bool = True, kernel: Kernel | None = None) -> None:
-    """A float model's decoder-layer linears -> Int4Linear and its output head ->
-    Int8Linear, in place (quantized here; a GGUF file's own codes are packed as they
-    are read instead, loaders/assembly.py). `kernel`: by default the one measured
-    fastest on this CPU (packed.choose_kernel)."""
-    kernel = choose_kernel() if kernel is None else kernel
-    for parent in model.model.layers.modules():
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):  # qkv_proj, o_proj, gate_up_proj, down_proj
-                codes = quantize_int4(child.weight.detach())
-                setattr(parent, name, packed_linear(codes, child.bias, kernel))
-    dtype = model.model.embed_tokens.weight.dtype
-    quantize_head(model, quantize_int8(model.lm_head.weight.detach()), dtype, kernel)
-    if fused:
-        attach_fused_decode(model)
 
 
 def packed_linear(codes: Codes, bias: torch.Tensor | None, kernel: Kernel) -> PackedLinear:

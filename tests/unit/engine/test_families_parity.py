@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from quantized_models import quantize_model
 from tiny_checkpoints import (
     CASES,
     SHAPE,
@@ -29,7 +30,6 @@ from vigil.engine.loaders.llm import load_language_model
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
 from vigil.engine.model.codes import quantize_int4
 from vigil.engine.model.packed import Kernel
-from vigil.engine.model.quantized import quantize_model
 
 
 def _load(case: str, folder: Path) -> Tiny:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from quantized_models import quantize_model
 
 from vigil.engine.kernels import int4_decode_ext, packed_matmul_ext, paged_attention_ext
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
@@ -17,7 +18,6 @@ from vigil.engine.model.quantized import (
     FusedDecodeLayers,
     Int8Linear,
     attach_fused_decode,
-    quantize_model,
 )
 
 BLOCK = 4
