@@ -3,7 +3,21 @@ convert_hf_to_gguf.py does for each architecture: the tensor names from gguf's o
 (the converter's), attn_q / attn_k permuted for `llama` files, Gemma's norm weights
 stored plus one, llama3 scaling as a `rope_freqs` tensor; the matrices as float32 or
 quantized with the package's own quantizers (`gguf.quants.quantize`), one type a
-tensor as the caller chooses (llama.cpp's own files mix them: Q4_K_M's Q6_K tensors)."""
+tensor as the caller chooses (llama.cpp's own files mix them: Q4_K_M's Q6_K tensors).
+
+And the check of a quantized file through the engine (`check`), against the same file
+loaded as float32 (`none`: its own dequantized weights):
+
+- the weights each packed linear holds, read back through its kernel, within the
+  type's stated error of the file's over the largest weight: int4 1e-3 (Q4_K's scales
+  rounded to float16; Q4_0 and Q4_1 exact), int8 5e-3 (Q5_1, Q5_K and Q6_K requantized
+  to 1/127 of each group's largest; Q8_0 and Q5_0 exact); ATen's kernels round the
+  scales to bfloat16, 1e-2;
+- teacher-forced on the engine's greedy tokens, logits within 15% of the largest logit
+  on the kernel this CPU runs (VNNI rounds activations to int8 per group of 32). These
+  random models amplify any rounding (weights of 0.2 deviation; Q8_0's own 0.4% weight
+  error moves their logits by 0.4 of 6.5): a misplaced block or row moves them by all.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +29,20 @@ import gguf
 import numpy as np
 import torch
 import transformers
-from tiny_checkpoints import VOCAB
+from tiny_checkpoints import VOCAB, prompts, run_engine
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
+from vigil.engine.loaders.llm import LanguageModel, load_language_model
+from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
+from vigil.engine.model.packed import Kernel
+from vigil.engine.model.quantized import Int4Linear, Int8Linear, PackedLinear
+from vigil.engine.request import RequestId
+
+RELATIVE_TOLERANCE = 0.15
+# what a packed linear may hold off the file's weights, over the largest weight
+HELD_TOLERANCE = {Int4Linear: 1e-3, Int8Linear: 5e-3}
+ATEN_HELD_TOLERANCE = 1e-2
 
 # A matrix's GGUF name -> the type it is written as (F32: as it is)
 TensorTypes = Callable[[str], gguf.GGMLQuantizationType]
@@ -126,3 +152,60 @@ def _unscaled(cfg: transformers.PreTrainedConfig) -> transformers.PreTrainedConf
         "rope_theta": cfg.rope_parameters["rope_theta"]
     }
     return plain
+
+
+def load(path: Path, quantization: str) -> LanguageModel:
+    source = ModelSource(path.stem, ModelKind.GENERATE, ModelFormat.GGUF, path)
+    return load_language_model(source, torch.device("cpu"), torch.float32, quantization)
+
+
+@torch.inference_mode()
+def logits_of(lm: LanguageModel, ids: list[int]) -> torch.Tensor:  # (L, V), one prefill
+    cfg, n = lm.config, len(ids)
+    kv = torch.zeros(cfg.num_layers, 2, n, cfg.num_kv_heads, cfg.head_dim)
+    meta = AttentionMetadata(torch.arange(n), 0, None, None, None, [PrefillSpan(0, n, 0, None)])
+    return lm.model.compute_logits(lm.model(torch.tensor(ids), torch.arange(n), kv, meta))
+
+
+def worst_difference(ours: LanguageModel, reference: LanguageModel) -> tuple[float, float]:
+    """The engine's greedy run of `ours` (decodes, fused where it can), each logit row
+    against `reference`'s at the same position of the same tokens: (largest difference,
+    largest |logit| of the reference)."""
+    asked = prompts()
+    run = run_engine(ours, asked, native_attention=True)
+    worst = scale = 0.0
+    for i, prompt in enumerate(asked):
+        request = RequestId(f"r{i}")
+        expected = logits_of(reference, prompt + run.tokens[request])
+        for j, row in enumerate(run.rows[request]):
+            at = expected[len(prompt) + j - 1]
+            worst = max(worst, float((row - at).abs().max()))
+            scale = max(scale, float(at.abs().max()))
+    return worst, scale
+
+
+def assert_holds_the_files_weights(ours: LanguageModel, reference: LanguageModel) -> None:
+    """Every packed linear's weights, read back through its kernel (one 1.0 a row: exact
+    for every kernel's activations), against the float model's of the same file."""
+    floats = dict(reference.model.named_modules())
+    for name, linear in ours.model.named_modules():
+        if not isinstance(linear, PackedLinear):
+            continue
+        held = linear.packed_mm(torch.eye(linear.in_features)).T
+        # the head (tied, it is found first as the embeddings' rows)
+        is_head = linear is ours.model.lm_head
+        expected = reference.model.lm_head.weight if is_head else floats[name].weight
+        error = float((held - expected).abs().max() / expected.abs().max())
+        bound = HELD_TOLERANCE[type(linear)]
+        assert error <= (ATEN_HELD_TOLERANCE if linear.kernel is Kernel.ATEN else bound), name
+
+
+def check(file: Path, path: str, tolerance: float = RELATIVE_TOLERANCE) -> LanguageModel:
+    """The file loads with auto on `path`, holds its weights, and answers as its float32."""
+    auto, float32 = load(file, "auto"), load(file, "none")
+    assert auto.precision.quantization == path
+    assert_holds_the_files_weights(auto, float32)
+    worst, scale = worst_difference(auto, float32)
+    print(f"{file.name} ({path}): max |logit diff| {worst:.3g} of {scale:.3g}")
+    assert worst <= tolerance * scale
+    return auto

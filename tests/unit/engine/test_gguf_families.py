@@ -4,6 +4,7 @@ The test writes the GGUF itself with the `gguf` package, as llama.cpp's
 convert_hf_to_gguf.py does for that architecture (tests/tiny_gguf.py), float32 tensors.
 Vigil's GGUF loader must undo what the converter changed: the engine's greedy tokens
 and logits are held to transformers' as for the Hugging Face folders (ATOL, float32).
+The same checkpoints as Q4_0 and Q8_0 files run on the int4 and int8 paths.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import gguf
 import pytest
 import torch
 from tiny_checkpoints import CASES, Tiny, assert_engine_matches_reference, save_tiny
-from tiny_gguf import write_gguf
+from tiny_gguf import check, write_gguf
 
 from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
 from vigil.engine.loaders.llm import load_language_model
@@ -50,6 +51,17 @@ def tiny_gguf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 def test_gguf_engine_greedy_and_logits_match_transformers(tiny_gguf: Tiny) -> None:
     assert_engine_matches_reference(tiny_gguf, native_attention=True)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0"])
+def test_each_architecture_runs_a_quantized_file_as_its_float32(
+    tiny_gguf: Tiny, tmp_path: Path, qtype: str
+) -> None:
+    """Its tensors packed as read (phi3's fused ones, Gemma's tied head) on the path the
+    type takes (tests/tiny_gguf.check: the weights held, the logits)."""
+    file = tmp_path / f"{qtype}.gguf"
+    write_gguf(file, tiny_gguf.reference, lambda _: gguf.GGMLQuantizationType[qtype])
+    check(file, {"Q4_0": "int4", "Q8_0": "int8"}[qtype])
 
 
 def test_an_unknown_gguf_architecture_is_refused_naming_the_file(tmp_path: Path) -> None:

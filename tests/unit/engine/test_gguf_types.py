@@ -3,22 +3,12 @@
 The tiny Llama and Qwen2 checkpoints (tests/tiny_checkpoints.py) written as GGUF with
 the `gguf` package's own quantizers, one type a file (and one mixed file: Q8_0 for
 attn_v and ffn_down beside Q4_0, the way Q4_K_M keeps Q6_K there), load with
-`--quantization auto` on the path their type takes (README "GGUF types"). K-quants,
-which the package cannot write, come from llama.cpp's `llama-quantize` where one is on
-the PATH (or named by $LLAMA_QUANTIZE), and are skipped otherwise. Each is held to the
-same file loaded as float32 (`none`: its own dequantized weights):
-
-- the weights each packed linear holds (read back through its kernel) within the
-  type's stated error of the file's: int4 within 1e-3 of the largest weight (Q4_K's
-  scales rounded to float16; Q4_0 and Q4_1 exact), int8 within 5e-3 (Q5_1, Q5_K and
-  Q6_K requantized to 1/127 of each group's largest; Q8_0 and Q5_0 exact); ATen's
-  kernels round the scales to bfloat16, 1e-2;
-- teacher-forced on the engine's greedy tokens, logits within 15% of the largest logit
-  on the kernel this CPU runs (VNNI rounds activations to int8 per group of 32). These
-  random models amplify any rounding (weights of 0.2 deviation; Q8_0's own 0.4% weight
-  error moves their logits by 0.4 of 6.5): a misplaced block or row moves them by all;
-- on the AVX2 kernel (float32 activations and scales) the int4 layers are the file's
-  weights exactly: hidden states within 1e-4.
+`--quantization auto` on the path their type takes (README "GGUF types"), hold the
+file's weights and answer as the file's float32 does (tiny_gguf.check: the tolerances).
+K-quants, which the package cannot write, come from llama.cpp's `llama-quantize` where
+one is on the PATH (or named by $LLAMA_QUANTIZE), and are skipped otherwise. On the AVX2
+kernel (float32 activations and scales) the int4 layers are the file's weights exactly:
+hidden states within 1e-4.
 """
 
 from __future__ import annotations
@@ -33,24 +23,17 @@ import gguf
 import pytest
 import torch
 import transformers
-from tiny_checkpoints import prompts, run_engine, save_tiny
-from tiny_gguf import write_gguf
+from tiny_checkpoints import prompts, save_tiny
+from tiny_gguf import check, load, write_gguf
 
-from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
 from vigil.engine.kernels import packed_matmul_ext
 from vigil.engine.loaders import assembly
-from vigil.engine.loaders.llm import LanguageModel, load_language_model
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
 from vigil.engine.model.packed import Kernel
-from vigil.engine.model.quantized import Int4Linear, Int8Linear, PackedLinear
-from vigil.engine.request import RequestId
+from vigil.engine.model.quantized import Int4Linear, Int8Linear
 
 T = gguf.GGMLQuantizationType
-RELATIVE_TOLERANCE = 0.15
 EXACT_ATOL = 1e-4
-# what a packed linear may hold off the file's weights, over the largest weight
-HELD_TOLERANCE = {Int4Linear: 1e-3, Int8Linear: 5e-3}
-ATEN_HELD_TOLERANCE = 1e-2
 
 
 def mixed(name: str) -> gguf.GGMLQuantizationType:
@@ -79,63 +62,6 @@ def checkpoint(
     folder = tmp_path_factory.mktemp(request.param)
     tied = request.param == "qwen2"  # one tied, one not: the head from either table
     return folder, save_tiny(folder, request.param, {"tie_word_embeddings": tied})
-
-
-def load(path: Path, quantization: str) -> LanguageModel:
-    source = ModelSource(path.stem, ModelKind.GENERATE, ModelFormat.GGUF, path)
-    return load_language_model(source, torch.device("cpu"), torch.float32, quantization)
-
-
-@torch.inference_mode()
-def logits_of(lm: LanguageModel, ids: list[int]) -> torch.Tensor:  # (L, V), one prefill
-    cfg, n = lm.config, len(ids)
-    kv = torch.zeros(cfg.num_layers, 2, n, cfg.num_kv_heads, cfg.head_dim)
-    meta = AttentionMetadata(torch.arange(n), 0, None, None, None, [PrefillSpan(0, n, 0, None)])
-    return lm.model.compute_logits(lm.model(torch.tensor(ids), torch.arange(n), kv, meta))
-
-
-def worst_difference(ours: LanguageModel, reference: LanguageModel) -> tuple[float, float]:
-    """The engine's greedy run of `ours` (decodes, fused where it can), each logit row
-    against `reference`'s at the same position of the same tokens: (largest difference,
-    largest |logit| of the reference)."""
-    asked = prompts()
-    run = run_engine(ours, asked, native_attention=True)
-    worst = scale = 0.0
-    for i, prompt in enumerate(asked):
-        request = RequestId(f"r{i}")
-        expected = logits_of(reference, prompt + run.tokens[request])
-        for j, row in enumerate(run.rows[request]):
-            at = expected[len(prompt) + j - 1]
-            worst = max(worst, float((row - at).abs().max()))
-            scale = max(scale, float(at.abs().max()))
-    return worst, scale
-
-
-def assert_holds_the_files_weights(ours: LanguageModel, reference: LanguageModel) -> None:
-    """Every packed linear's weights, read back through its kernel (one 1.0 a row: exact
-    for every kernel's activations), against the float model's of the same file."""
-    floats = dict(reference.model.named_modules())
-    for name, linear in ours.model.named_modules():
-        if not isinstance(linear, PackedLinear):
-            continue
-        held = linear.packed_mm(torch.eye(linear.in_features)).T
-        # the head (tied, it is found first as the embeddings' rows)
-        is_head = linear is ours.model.lm_head
-        expected = reference.model.lm_head.weight if is_head else floats[name].weight
-        error = float((held - expected).abs().max() / expected.abs().max())
-        bound = HELD_TOLERANCE[type(linear)]
-        assert error <= (ATEN_HELD_TOLERANCE if linear.kernel is Kernel.ATEN else bound), name
-
-
-def check(file: Path, path: str, tolerance: float = RELATIVE_TOLERANCE) -> LanguageModel:
-    """The file loads with auto on `path`, holds its weights, and answers as its float32."""
-    auto, float32 = load(file, "auto"), load(file, "none")
-    assert auto.precision.quantization == path
-    assert_holds_the_files_weights(auto, float32)
-    worst, scale = worst_difference(auto, float32)
-    print(f"{file.name} ({path}): max |logit diff| {worst:.3g} of {scale:.3g}")
-    assert worst <= tolerance * scale
-    return auto
 
 
 @pytest.mark.parametrize("name", list(TYPES))
