@@ -20,6 +20,7 @@ import pytest
 import sentencepiece as spm
 import transformers
 
+from vigil.engine.detokenizer import IncrementalDetokenizer
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.tokenizer import Tokenizer
 
@@ -153,3 +154,16 @@ def test_bos_is_added_and_control_tokens_match_whole(vocabulary: Vocabulary) -> 
     # file adds a space prefix, the text after a control token gets one too, as llama.cpp
     # gives it, and decoding takes it off again)
     assert ours.decode(ids) == " kato <think>"
+
+
+def test_streaming_decode_never_splits_a_byte_spelled_character(vocabulary: Vocabulary) -> None:
+    """Characters outside the vocabulary are several <0xNN> tokens: streamed one token at a
+    time, a piece is only ever whole characters, and the pieces add up to the text."""
+    ours = vocabulary.ours
+    text = "kato 😀 日本語 naïve toka"
+    ids = ours.backend.encode(text, add_special_tokens=False).ids
+    assert len(ids) > len(text.split())  # byte tokens among them
+    stream = IncrementalDetokenizer(ours)
+    pieces = [stream.push(i) for i in ids] + [stream.finish()]
+    assert "".join(pieces) == ours.decode(ids) == text
+    assert all("\ufffd" not in piece for piece in pieces)
