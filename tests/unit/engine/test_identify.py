@@ -33,6 +33,7 @@ def folder(path: Path, config: dict[str, Any], *, modules: bool = False) -> Path
     return path
 
 
+@pytest.mark.slow  # parses the bundled GGUF's header: seconds
 def test_the_bundled_models_are_what_they_are() -> None:
     chat, embedder = bundled_source(SMOLLM2), bundled_source(MINILM)
     assert identify(chat.path) == ModelFiles(ModelKind.GENERATE, ModelFormat.GGUF, "llama")

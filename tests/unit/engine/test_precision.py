@@ -43,6 +43,7 @@ def test_an_explicit_choice_is_taken_as_asked(asked: str) -> None:
     assert precision.reason == f"{asked}, as asked"
 
 
+@pytest.mark.slow  # parses the bundled GGUF's header: seconds
 def test_the_bundled_model_resolves_to_int4_on_cpu() -> None:
     file = GGUFFile(bundled_source(SMOLLM2).path)  # the header only: no weights read
     precision = resolve_precision("auto", "cpu", "float32", file.linear_types())
