@@ -61,7 +61,7 @@ from vigil.platform.wire.worker import (
     RegisterRequest,
     SlotLimits,
     SlotReport,
-    stats_wire,
+    StatsWire,
 )
 
 HEARTBEAT_INTERVAL_S = 0.5
@@ -215,7 +215,7 @@ class FakeWorker:
             if key in self.failed:
                 slots.append(SlotReport(key, "failed", 0.0, self.failed[key]))
                 continue
-            stats = stats_wire(engine.stats()) if not isinstance(engine, FakeEmbedder) else None
+            stats = StatsWire.of(engine.stats()) if not isinstance(engine, FakeEmbedder) else None
             limits = None if isinstance(engine, FakeEmbedder) else self.limits
             costs = None if self.costs is None or limits is None else CostsWire.of(self.costs)
             report = SlotReport(key, "ready", 1.0, None, limits, stats, costs)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import time
 
+import msgspec
+
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
@@ -57,7 +59,7 @@ class FleetBook:
             device=replica.device,
             memory_bytes=replica.memory_bytes,
             versions=tuple(k for k, r in replica.slots.items() if r.state == "ready"),
-            stats={k: r.stats for k, r in replica.slots.items() if r.stats},
+            stats={k: msgspec.to_builtins(r.stats) for k, r in replica.slots.items() if r.stats},
         )
         try:
             if registering:
