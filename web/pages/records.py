@@ -12,9 +12,8 @@ from litestar.di import NamedDependency
 from litestar.params import FromQuery, QueryParameter
 from litestar.response import Template
 
-from vigil.platform.api.admin.audit import ADMIN_ONLY_ENTITIES
 from vigil.platform.control.alerts.service import MAX_LIST
-from vigil.platform.control.audit.service import MAX_LIMIT
+from vigil.platform.control.audit.service import ADMIN_ONLY_ENTITIES, MAX_LIMIT
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.web.auth import Viewer
 from vigil.web.deps import Plane, Workers
