@@ -185,7 +185,13 @@ def build_services(
         loads=loads,
         generation=generation,
         embedding=EmbeddingService(
-            view, link, generation.placer, recorder, settings.max_prompt_chars
+            view,
+            tokenizers,
+            link,
+            generation.placer,
+            recorder,
+            settings.max_prompt_chars,
+            actions,
         ),
         auth=auth,
         worker_token=worker_token,

@@ -19,9 +19,11 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer as HFTokenizer
 
 from vigil.engine.bundled import ModelSource
+from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.loaders import hf
 from vigil.engine.model.bert import BertModel
 from vigil.engine.model.config import BertConfig
+from vigil.engine.tokenizer import Tokenizer
 
 
 class Pooling(StrEnum):
@@ -48,9 +50,6 @@ class EmbeddingModel:
     device: torch.device
     dtype: torch.dtype
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
-
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text, or ValueError for input the model cannot embed."""
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -72,6 +71,21 @@ class EmbeddingModel:
 
     def embed(self, texts: list[str]) -> torch.Tensor:
         return self.embed_token_ids(self.tokenize(texts))  # (N, dim)
+
+    def check_token_ids(self, batch: Sequence[Sequence[int]]) -> None:
+        """RequestRejected (a ValueError) for rows of ids this model cannot embed. The
+        gateway tokenizes with this model's own tokenizer and window, so only ids made
+        from other files (a model folder changed under one of them) fail here."""
+        if not batch:
+            raise RequestRejected("input must hold at least one text", "input")
+        check_embedding_inputs([len(row) for row in batch], self.max_seq_len)
+        vocab = self.config.vocab_size
+        for i, row in enumerate(batch):
+            if not row or not all(0 <= t < vocab for t in row):
+                raise RequestRejected(
+                    f"input[{i}] is not token ids of this model (0 to {vocab - 1}, one at least)",
+                    f"input[{i}]",
+                )
 
     def embed_token_ids(self, batch: Sequence[Sequence[int]]) -> torch.Tensor:
         """One padded forward pass over already-checked token ids -> (N, dim) float32 on CPU."""
@@ -153,6 +167,19 @@ def build_bert(
             f"unexpected {sorted(result.unexpected_keys)[:5]}"
         )
     return model.to(device).eval()
+
+
+def read_embedding_tokenizer(folder: Path) -> Tokenizer:
+    """The model's tokenizer alone (no weights), as the gateway runs it: [CLS] and [SEP]
+    added, nothing cut or padded, and the model's window as `max_input_tokens`."""
+    cfg = BertConfig.from_hf(hf.read_config(folder))
+    return Tokenizer(
+        _read_tokenizer(folder),
+        eos_token_ids=frozenset(),
+        chat_template=None,
+        add_special_tokens=True,
+        max_input_tokens=_read_max_seq_len(folder, cfg),
+    )
 
 
 def _read_json(path: Path) -> Any:

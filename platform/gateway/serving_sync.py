@@ -6,7 +6,6 @@ deployments, and the tokenizers of the versions in use start loading."""
 
 from __future__ import annotations
 
-from vigil.engine.bundled import ModelKind
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.gateway.auth import Authenticator
 from vigil.platform.gateway.serving import ServingView
@@ -38,8 +37,7 @@ class ServingSync:
         self.slos.set_targets({spec.name: spec.slo for spec in specs})
         self.offered.forget({spec.name for spec in specs})
         for version in self.view.versions_in_use():
-            if version.kind is ModelKind.GENERATE:
-                self.tokenizers.get(version)  # start loading early
+            self.tokenizers.get(version)  # start loading early
 
     async def on_control_change(self) -> None:
         """After a write through this gateway's control plane: keys looked up again

@@ -9,7 +9,7 @@
       |                                        |
       | <-- POST /internal/generate ---------- |  one request: ids in, events out
       | --- newline-delimited JSON events ---> |  (closing the stream aborts it)
-      | <-- POST /internal/embed ------------- |
+      | <-- POST /internal/embed ------------- |  token ids in, vectors out
 
 Every call carries `Authorization: Bearer <worker token>`.
 """
@@ -211,12 +211,11 @@ EventWire = TokenWire | FinishWire
 
 class EmbedCall(Struct):
     slot: str
-    texts: list[str]
+    token_ids: list[list[int]]  # per text, by the model's own tokenizer at the gateway
 
 
 class EmbedResult(Struct):
-    vectors: list[list[float]]
-    num_tokens: int
+    vectors: list[list[float]]  # one per row of token_ids, in order
 
 
 def require_worker_token(authorization: str | None, token: str) -> None:
