@@ -85,5 +85,12 @@ def test_the_gateway_does_not_import_the_workers_process(module: str) -> None:
     assert reaching("platform/gateway", (module,)) == {}
 
 
+@pytest.mark.parametrize("folder", ["platform/telemetry", "platform/slo", "platform/control"])
+def test_telemetry_slos_and_the_control_plane_import_neither_the_gateway_nor_the_api(
+    folder: str,
+) -> None:
+    assert reaching(folder, ("vigil.platform.gateway", "vigil.platform.api")) == {}
+
+
 def test_the_engine_imports_nothing_of_the_platform() -> None:
     assert reaching("engine", ("vigil.platform", "vigil.web")) == {}
