@@ -96,7 +96,6 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             if local_workers is not None:
                 await local_workers.stop()
             await services.http.aclose()
-            await services.loops.delivery.client.aclose()
             await services.db.dispose()
 
     web_dir = Path(vigil.web.__file__).parent

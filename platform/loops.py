@@ -77,10 +77,12 @@ class BackgroundLoops:
         ]
 
     async def stop(self) -> None:
+        """Every loop cancelled and awaited, and the webhook client closed."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self.delivery.client.aclose()
 
     async def on_loop_owner(self, owner: bool) -> None:
         """This gateway took the SLO loop and webhook delivery over (it picks up the
