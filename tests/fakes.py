@@ -35,7 +35,7 @@ from litestar.testing import AsyncTestClient
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import MINILM, ModelKind, bundled_source
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
-from vigil.engine.loaders.embedder import read_embedding_tokenizer
+from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer
 from vigil.engine.loaders.llm import LanguageModel, build_decoder
 from vigil.engine.model.config import DecoderConfig
 from vigil.engine.request import (

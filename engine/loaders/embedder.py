@@ -21,9 +21,9 @@ from tokenizers import Tokenizer as HFTokenizer
 from vigil.engine.bundled import ModelSource
 from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.loaders import hf
+from vigil.engine.loaders.embedder_tokenizer import read_backend, read_max_seq_len
 from vigil.engine.model.bert import BertModel
 from vigil.engine.model.config import BertConfig
-from vigil.engine.tokenizer import Tokenizer
 
 
 class Pooling(StrEnum):
@@ -133,12 +133,12 @@ def load_embedding_model(
         name=source.name,
         config=cfg,
         model=model,
-        tokenizer=_read_tokenizer(folder),
+        tokenizer=read_backend(folder),
         pooling=pooling,
         normalize=normalize,
         pad_token_id=int(raw.get("pad_token_id") or 0),
         dim=cfg.hidden_size,
-        max_seq_len=_read_max_seq_len(folder, cfg),
+        max_seq_len=read_max_seq_len(folder, cfg),
         device=device,
         dtype=dtype,
     )
@@ -169,19 +169,6 @@ def build_bert(
     return model.to(device).eval()
 
 
-def read_embedding_tokenizer(folder: Path) -> Tokenizer:
-    """The model's tokenizer alone (no weights), as the gateway runs it: [CLS] and [SEP]
-    added, nothing cut or padded, and the model's window as `max_input_tokens`."""
-    cfg = BertConfig.from_hf(hf.read_config(folder))
-    return Tokenizer(
-        _read_tokenizer(folder),
-        eos_token_ids=frozenset(),
-        chat_template=None,
-        add_special_tokens=True,
-        max_input_tokens=_read_max_seq_len(folder, cfg),
-    )
-
-
 def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing (not a sentence-transformers model folder?)")
@@ -209,25 +196,3 @@ def _read_pipeline(folder: Path, cfg: BertConfig) -> tuple[Pooling, bool]:
     if dim != cfg.hidden_size:
         raise ValueError(f"{folder}: pooling dimension {dim} != hidden_size {cfg.hidden_size}")
     return _POOLING_FLAGS[enabled[0]], "Normalize" in kinds
-
-
-def _read_max_seq_len(folder: Path, cfg: BertConfig) -> int:
-    # sentence-transformers' limit is usually below the position table's
-    # (256 of 512 for MiniLM): the model was trained at that length.
-    path = folder / "sentence_bert_config.json"
-    st_max = json.loads(path.read_text()).get("max_seq_length") if path.is_file() else None
-    return min(int(st_max), cfg.max_position) if st_max else cfg.max_position
-
-
-def _read_tokenizer(folder: Path) -> HFTokenizer:
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no tokenizer.json")
-    tokenizer = HFTokenizer.from_file(str(path))
-    # tokenizer.json may carry truncation and fixed-length padding (MiniLM's cuts
-    # and pads to 128): off, so counts are true and over-long texts are rejected
-    # rather than silently cut. Padding is done by hand in embed_token_ids,
-    # which keeps this shared tokenizer free of per-call state.
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer

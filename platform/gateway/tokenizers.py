@@ -15,7 +15,7 @@ from collections.abc import Callable
 from vigil.engine.artifacts import resolve_artifact
 from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.loaders import hf
-from vigil.engine.loaders.embedder import read_embedding_tokenizer
+from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.control.specs import VersionRef
