@@ -148,7 +148,9 @@ def _validation_handler(
     )
 
 
-def _parameter_choices(request: Request[Any, Any, Any], key: str, in_body: bool) -> tuple[str, Any]:
+def _parameter_choices(
+    request: Request[Any, Any, Any], key: str, in_body: bool
+) -> tuple[str, tuple[str, ...] | None]:
     """The name a client sent for the field Litestar calls `key` (a query parameter's
     alias, not the handler's argument), and the values it takes if it is an enum."""
     fields = request.route_handler.parsed_fn_signature.parameters

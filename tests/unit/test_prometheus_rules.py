@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-
 from typing import Any
 
 import pytest
