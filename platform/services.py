@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.platform.alerts.connect import webhook_client
 from vigil.platform.alerts.delivery import WebhookDelivery
+from vigil.platform.alerts.links import public_base_url
 from vigil.platform.control.changes import ChangeFeed
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.ownership import LoopOwnership
@@ -166,6 +167,7 @@ def build_services(
         settings.webhook_max_age_s,
         wake=plane.outbox_written,
         attempt_timeout_s=settings.webhook_timeout_s,
+        base_url=public_base_url(settings.external_url, settings.host, settings.port),
     )
     sampler = LiveSampler(
         lambda: engine_snapshots(workers),

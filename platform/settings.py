@@ -123,6 +123,9 @@ class ServeSettings:
     console_secret: str | None = None
     # A console session ends after this long without a request (it is renewed by each).
     console_session_s: int = 8 * 3600
+    # How people reach the gateway (https://vigil.example.com): alert links are built
+    # on it. "": the listen address (alerts/links.py).
+    external_url: str = ""
     edge: EdgeSettings = field(default_factory=lambda: EdgeSettings())
 
     @property
@@ -326,6 +329,7 @@ def serve_settings(
             d.max_prompt_chars,
         ),
         console_secret=_env(env, "CONSOLE_SECRET"),
+        external_url=_pick(flags.get("external_url"), env, "EXTERNAL_URL") or "",
         console_session_s=_int(
             _pick(flags.get("console_session"), env, "CONSOLE_SESSION"),
             "console session",
