@@ -144,10 +144,12 @@ class AsyncEmbedder:
         """The latest snapshot (no locking: the model thread replaces it whole)."""
         return self._stats
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        """One vector per text, in order. ValueError for bad input, before queueing."""
+    async def embed_ids(self, token_ids: list[list[int]]) -> list[list[float]]:
+        """One vector per row of token ids (the model's own tokenizer's, [CLS] and [SEP]
+        included: the gateway's), in order. RequestRejected for ids the model cannot
+        embed, before queueing."""
         assert self._loop is not None and self._thread is not None, "call start() first"
-        token_ids = self.model.tokenize(texts)
+        self.model.check_token_ids(token_ids)
         arrival_ts = time.monotonic()
         items = []
         for ids in token_ids:

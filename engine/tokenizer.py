@@ -39,12 +39,17 @@ class Tokenizer:
         bos_token: str | None = None,
         eos_token: str | None = None,
         add_special_tokens: bool = False,
+        max_input_tokens: int | None = None,
     ) -> None:
+        """`max_input_tokens`: the most tokens one input may hold where the model has a
+        window of its own (an encoder's); None for a decoder, whose context is fitted
+        per request (engine/limits.py)."""
         self.backend = backend
         self.eos_token_ids = eos_token_ids
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.add_special_tokens = add_special_tokens
+        self.max_input_tokens = max_input_tokens
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self._template = _compile(chat_template) if chat_template else None
 

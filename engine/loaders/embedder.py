@@ -19,7 +19,9 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer as HFTokenizer
 
 from vigil.engine.bundled import ModelSource
+from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.loaders import hf
+from vigil.engine.loaders.embedder_tokenizer import read_backend, read_max_seq_len
 from vigil.engine.model.bert import BertModel
 from vigil.engine.model.config import BertConfig
 
@@ -48,9 +50,6 @@ class EmbeddingModel:
     device: torch.device
     dtype: torch.dtype
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
-
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text, or ValueError for input the model cannot embed."""
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -72,6 +71,21 @@ class EmbeddingModel:
 
     def embed(self, texts: list[str]) -> torch.Tensor:
         return self.embed_token_ids(self.tokenize(texts))  # (N, dim)
+
+    def check_token_ids(self, batch: Sequence[Sequence[int]]) -> None:
+        """RequestRejected (a ValueError) for rows of ids this model cannot embed. The
+        gateway tokenizes with this model's own tokenizer and window, so only ids made
+        from other files (a model folder changed under one of them) fail here."""
+        if not batch:
+            raise RequestRejected("input must hold at least one text", "input")
+        check_embedding_inputs([len(row) for row in batch], self.max_seq_len)
+        vocab = self.config.vocab_size
+        for i, row in enumerate(batch):
+            if not row or not all(0 <= t < vocab for t in row):
+                raise RequestRejected(
+                    f"input[{i}] is not token ids of this model (0 to {vocab - 1}, one at least)",
+                    f"input[{i}]",
+                )
 
     def embed_token_ids(self, batch: Sequence[Sequence[int]]) -> torch.Tensor:
         """One padded forward pass over already-checked token ids -> (N, dim) float32 on CPU."""
@@ -119,12 +133,12 @@ def load_embedding_model(
         name=source.name,
         config=cfg,
         model=model,
-        tokenizer=_read_tokenizer(folder),
+        tokenizer=read_backend(folder),
         pooling=pooling,
         normalize=normalize,
         pad_token_id=int(raw.get("pad_token_id") or 0),
         dim=cfg.hidden_size,
-        max_seq_len=_read_max_seq_len(folder, cfg),
+        max_seq_len=read_max_seq_len(folder, cfg),
         device=device,
         dtype=dtype,
     )
@@ -182,25 +196,3 @@ def _read_pipeline(folder: Path, cfg: BertConfig) -> tuple[Pooling, bool]:
     if dim != cfg.hidden_size:
         raise ValueError(f"{folder}: pooling dimension {dim} != hidden_size {cfg.hidden_size}")
     return _POOLING_FLAGS[enabled[0]], "Normalize" in kinds
-
-
-def _read_max_seq_len(folder: Path, cfg: BertConfig) -> int:
-    # sentence-transformers' limit is usually below the position table's
-    # (256 of 512 for MiniLM): the model was trained at that length.
-    path = folder / "sentence_bert_config.json"
-    st_max = json.loads(path.read_text()).get("max_seq_length") if path.is_file() else None
-    return min(int(st_max), cfg.max_position) if st_max else cfg.max_position
-
-
-def _read_tokenizer(folder: Path) -> HFTokenizer:
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no tokenizer.json")
-    tokenizer = HFTokenizer.from_file(str(path))
-    # tokenizer.json may carry truncation and fixed-length padding (MiniLM's cuts
-    # and pads to 128): off, so counts are true and over-long texts are rejected
-    # rather than silently cut. Padding is done by hand in embed_token_ids,
-    # which keeps this shared tokenizer free of per-call state.
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer

@@ -25,6 +25,7 @@ from vigil.platform.control.access.users import UserService
 from vigil.platform.control.alerts.service import AlertService
 from vigil.platform.control.audit.service import AuditService
 from vigil.platform.control.db import OnChange
+from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey, draft_of
 from vigil.platform.control.deployments.repository import DeploymentRepository
 from vigil.platform.control.deployments.service import (
@@ -82,6 +83,13 @@ class ControlPlane:
     async def serving_view(self) -> list[DeploymentSpec]:
         """Every deployment, by name, as the gateway routes it."""
         return [record.spec for record in await self.deployments.list()]
+
+    async def declare(self, models: list[str], config_path: Path | None) -> None:
+        """The start-up writes: the bundled models seeded, then the deployments file
+        applied (its declarations hold at start; after that, the database rules)."""
+        await self.seed_bundled(models)
+        if config_path is not None:
+            await self.apply_config(load_deployments(config_path, set(models)))
 
     async def seed_bundled(self, models: list[str]) -> None:
         """Register each bundled model and its version (once), and deploy them (_seed)."""

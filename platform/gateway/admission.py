@@ -23,6 +23,13 @@ fade within minutes, so an overload an hour ago does not shape a decision now).
 Shedding at once, in milliseconds, beats letting a request time out in the queue: the
 client can retry elsewhere or later, after Retry-After: the seconds the forecast is over
 the target by.
+
+An embedding request (`decide_embedding`) has no forecast: embedders report no step
+costs. Its rule is the queue bound alone: shed once its class already has the
+deployment's max_queue requests in flight on that version's engine (on any of its
+workers; an embedding counts from admission until its vectors are back, since the
+worker's batcher queues and computes it in one go), and batch traffic is shed while the
+SLO loop sheds it. A shed one is told to retry after RETRY_AFTER_DEFAULT_S.
 """
 
 from __future__ import annotations
@@ -124,6 +131,20 @@ def decide(
         # Each running stream gets one token per step: one more stream only slows them.
         return _shed(Reason.SLO_TOKENS_PER_S, ttft, limit)
     return Admission(Verdict.ADMIT, Reason.OK, ttft)
+
+
+def decide_embedding(
+    priority: Priority,
+    queued: dict[Priority, int],
+    spec: DeploymentSpec,
+    actions: SLOActions = NO_ACTIONS,
+) -> Admission:
+    """`queued`: per class, the embedding requests in flight on the engine."""
+    if priority is Priority.BATCH and actions.shed_batch:
+        return _shed(Reason.SLO_BURN, None, spec.slo.ttft_p99_s)
+    if queued[priority] >= spec.limits[priority].max_queue:
+        return _shed(Reason.QUEUE_FULL, None, spec.slo.ttft_p99_s)
+    return Admission(Verdict.ADMIT, Reason.OK, None)
 
 
 def forecast(

@@ -222,6 +222,16 @@ class LoadBook:
     def num_open(self) -> int:
         return sum(len(e.open) for e in self._engines.values())
 
+    def queued(self, engine_key: str) -> dict[Priority, int]:
+        """Per class, the engine's requests with no event back yet, on any replica (an
+        embedding streams none: it is queued until it ends)."""
+        queued = {p: 0 for p in Priority}
+        engine = self._engines.get(engine_key)
+        for lease in engine.open.values() if engine else ():
+            if lease.state is LeaseState.QUEUED:
+                queued[lease.priority] += 1
+        return queued
+
     def replica_counts(self, engine_key: str) -> dict[str, ReplicaCounts]:
         counts: dict[str, ReplicaCounts] = {}
         engine = self._engines.get(engine_key)

@@ -72,7 +72,10 @@ class WorkerLink(Protocol):
         """`trace_headers`: the W3C traceparent the worker's span joins, when traced."""
         ...
 
-    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult: ...
+    async def embed(self, replica: Replica, slot: str, token_ids: list[list[int]]) -> EmbedResult:
+        """`token_ids`: per text, by the version's own tokenizer (the worker embeds them
+        as they are)."""
+        ...
 
 
 class HttpWorkerLink:
@@ -151,11 +154,11 @@ class HttpWorkerLink:
             FinishReason.ERROR, "", len(request.prompt_ids), 0, request.clock, message
         )
 
-    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult:
+    async def embed(self, replica: Replica, slot: str, token_ids: list[list[int]]) -> EmbedResult:
         try:
             response = await self._client.post(
                 f"{replica.address}/internal/embed",
-                content=msgspec.json.encode(EmbedCall(slot, texts)),
+                content=msgspec.json.encode(EmbedCall(slot, token_ids)),
                 headers=self._headers,
                 timeout=httpx.Timeout(EMBED_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             )

@@ -18,7 +18,7 @@ from vigil.platform.gateway.prefixes import PrefixMemory, block_hashes
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import engine_key
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
-from vigil.platform.wire.worker import SlotLimits, stats_of
+from vigil.platform.wire.worker import SlotLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ def replica_load(replica: Replica, key: str, counts: ReplicaCounts) -> ReplicaLo
     there, and what the replica last reported."""
     report = replica.slots[key]
     assert report.limits is not None
-    stats = stats_of(report.stats) if report.stats else None
+    stats = report.stats.stats() if report.stats is not None else None
     pending = counts.num_pending_prompt_tokens
     per_token_s = report.costs.token_s if report.costs is not None else None
     return ReplicaLoad(

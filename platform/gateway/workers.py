@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from vigil.engine.stats import EngineStats
 from vigil.platform.errors import ServiceUnavailable
-from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport, stats_of
+from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport
 
 # Workers beat every second: two beats missed and half the next, and a worker is given
 # up, so that the traffic of one that drops off the network moves within 3 s.
@@ -116,7 +116,7 @@ class WorkerRegistry:
         """(engine key, replica, stats) of every engine on a live worker."""
         now = time.monotonic() if now_ts is None else now_ts
         return [
-            (key, r.id, stats_of(report.stats))
+            (key, r.id, report.stats.stats())
             for r in self.replicas.values()
             if r.up(now)
             for key, report in r.slots.items()

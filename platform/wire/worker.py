@@ -9,7 +9,7 @@
       |                                        |
       | <-- POST /internal/generate ---------- |  one request: ids in, events out
       | --- newline-delimited JSON events ---> |  (closing the stream aborts it)
-      | <-- POST /internal/embed ------------- |
+      | <-- POST /internal/embed ------------- |  token ids in, vectors out
 
 Every call carries `Authorization: Bearer <worker token>`.
 """
@@ -113,14 +113,37 @@ class CostsWire(Struct):
         return StepCosts(points, self.mixed_s, self.seq_s, self.token_s, self.pair_s)
 
 
+class StatsWire(Struct, frozen=True):
+    """An engine's stats snapshot (engine.stats.EngineStats) without its last step: the
+    gateway reads queues, KV use and prefix hits; step timings stay on the worker's own
+    /metrics."""
+
+    num_waiting_interactive: int
+    num_waiting_batch: int
+    num_running: int
+    num_kv_blocks_total: int
+    num_kv_blocks_used: int
+    num_kv_blocks_cached: int
+    num_preemptions: int
+    num_prefix_queried_tokens: int
+    num_prefix_hit_tokens: int
+    num_steps: int
+
+    @classmethod
+    def of(cls, stats: EngineStats) -> StatsWire:
+        return cls(**{name: getattr(stats, name) for name in cls.__struct_fields__})
+
+    def stats(self) -> EngineStats:
+        return EngineStats(**msgspec.structs.asdict(self), last_step=None)
+
+
 class SlotReport(Struct):
     key: str
     state: Literal["loading", "ready", "failed", "draining"]
     progress: float = 0.0  # 0-1 while loading
     error: str | None = None
     limits: SlotLimits | None = None
-    # EngineStats as a dict (generation slots), as the console and replica records read it.
-    stats: dict[str, Any] | None = None
+    stats: StatsWire | None = None  # generation slots
     # Generation slots, ready: what its steps cost, for admission, routing and plans.
     costs: CostsWire | None = None
 
@@ -158,14 +181,6 @@ class SamplingWire(Struct, frozen=True):
         return SamplingParams(*msgspec.structs.astuple(self))
 
 
-def stats_wire(stats: EngineStats) -> dict[str, Any]:
-    return {f: getattr(stats, f) for f in EngineStats.__dataclass_fields__ if f != "last_step"}
-
-
-def stats_of(wire: dict[str, Any]) -> EngineStats:
-    return EngineStats(**wire, last_step=None)
-
-
 class GenerateCall(Struct):
     slot: str
     request_id: str
@@ -196,12 +211,11 @@ EventWire = TokenWire | FinishWire
 
 class EmbedCall(Struct):
     slot: str
-    texts: list[str]
+    token_ids: list[list[int]]  # per text, by the model's own tokenizer at the gateway
 
 
 class EmbedResult(Struct):
-    vectors: list[list[float]]
-    num_tokens: int
+    vectors: list[list[float]]  # one per row of token_ids, in order
 
 
 def require_worker_token(authorization: str | None, token: str) -> None:

@@ -25,7 +25,7 @@ from litestar.params import JSONBody
 from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from vigil.engine.limits import RequestRejected, check_embedding_inputs
+from vigil.engine.limits import RequestRejected
 from vigil.engine.request import (
     FinishEvent,
     GenerationRequest,
@@ -123,19 +123,16 @@ async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
         raise ServiceUnavailable(
             f"embedder {data.slot} is not ready on this worker", code="engine_not_ready"
         )
-    model = slot.embedder.model
-    # Off the event loop: long inputs take seconds to count, and heartbeats must go on.
-    counts = await asyncio.to_thread(lambda: [model.count_tokens(t) for t in data.texts])
-    try:
-        check_embedding_inputs(counts, model.max_seq_len)
-    except RequestRejected as exc:
-        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
+    # Tokenized by the gateway with this model's tokenizer, within its window: the
+    # embedder checks only that the ids fit the model it loaded.
     slot.in_flight += 1
     try:
-        vectors = await slot.embedder.embed(data.texts)
+        vectors = await slot.embedder.embed_ids(data.token_ids)
+    except RequestRejected as exc:
+        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
     finally:
         slot.in_flight -= 1
-    return EmbedResult(vectors, sum(counts))
+    return EmbedResult(vectors)
 
 
 def build_worker_app(

@@ -23,12 +23,14 @@ from vigil.platform.control.specs import (
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
 from vigil.platform.forecast.first_token import EngineLoad, Waiting
 from vigil.platform.gateway.admission import (
+    RETRY_AFTER_DEFAULT_S,
     TTFT_HEADROOM,
     Admission,
     LoadSnapshot,
     Reason,
     Verdict,
     decide,
+    decide_embedding,
     retry_after,
     shed_error,
 )
@@ -187,3 +189,19 @@ def test_a_prompt_the_prefix_cache_holds_is_forecast_for_its_other_tokens_only()
     cached = decide(I, 1600, snap, SPEC, cached_tokens=1500)
     assert (full.verdict, cached.verdict) == (Verdict.SHED, Verdict.ADMIT)
     assert cached.predicted_ttft_s == pytest.approx(0.2, abs=0.01)  # 100 ahead + 100 own
+
+
+def test_an_embedding_is_admitted_under_its_classs_queue_bound_and_shed_at_it() -> None:
+    assert decide_embedding(I, {I: 3, B: 8}, SPEC).verdict is Verdict.ADMIT
+    full = decide_embedding(I, {I: 4, B: 0}, SPEC)
+    assert (full.verdict, full.reason) == (Verdict.SHED, Reason.QUEUE_FULL)
+    assert full.retry_after_s == RETRY_AFTER_DEFAULT_S  # no step costs: no forecast
+    assert shed_error(SPEC, full).code == "overloaded_queue_full"
+    assert decide_embedding(B, {I: 4, B: 7}, SPEC).verdict is Verdict.ADMIT  # its own class
+
+
+def test_batch_embeddings_are_shed_while_the_slo_loop_sheds_batch_traffic() -> None:
+    burning = SLOActions(shed_batch=True)
+    shed = decide_embedding(B, {I: 0, B: 0}, SPEC, burning)
+    assert (shed.verdict, shed.reason) == (Verdict.SHED, Reason.SLO_BURN)
+    assert decide_embedding(I, {I: 0, B: 0}, SPEC, burning).verdict is Verdict.ADMIT
