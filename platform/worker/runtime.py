@@ -25,9 +25,10 @@ from vigil.engine.artifacts import resolve_artifact, verify_checksum
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import ModelKind
 from vigil.engine.calibrate import calibrate
+from vigil.engine.config import BatcherConfig, EngineConfig
 from vigil.engine.device import free_memory_bytes, resolve_device, resolve_dtype
-from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig
-from vigil.engine.llm_engine import EngineConfig, LLMEngine
+from vigil.engine.embed_batcher import AsyncEmbedder
+from vigil.engine.llm_engine import LLMEngine
 from vigil.engine.loaders.embedder import load_embedding_model
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
 from vigil.engine.loaders.progress import report_progress
