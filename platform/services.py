@@ -93,7 +93,8 @@ class Services:
         await self.plane.seed_bundled(list(settings.models))
         if settings.config_path is not None:
             bundled = set(settings.models)
-            await self.plane.apply_config(load_deployments(settings.config_path, bundled))
+            specs = load_deployments(settings.config_path, bundled, self.plane.default_limits)
+            await self.plane.apply_config(specs)
         await self.reload_serving_view()
 
     async def on_control_change(self) -> None:
@@ -158,6 +159,7 @@ def build_services(
         session_factory(db),
         model_dirs=settings.resolved_model_dirs,
         webhook_policy=webhook_policy,
+        max_queue_wait_s=settings.max_queue_wait_s,
     )
     generation = GenerationService(
         view,
