@@ -28,7 +28,7 @@ class SettingsError(ValueError):
     """A setting has a value Vigil cannot use; the message names it."""
 
 
-def given(command: Command, flags: Mapping[str, object], env: Mapping[str, str]) -> dict[str, Any]:
+def _given(command: Command, flags: Mapping[str, object], env: Mapping[str, str]) -> dict[str, Any]:
     """The value of each of the command's settings that its flag or variable gives, by
     the field it sets; the ones not given are left to the record's default."""
     found: dict[str, Any] = {}
@@ -88,7 +88,7 @@ def _record(cls: type[R], found: Mapping[str, Any]) -> R:
 def serve_settings(
     flags: Mapping[str, object], env: Mapping[str, str] | None = None
 ) -> ServeSettings:
-    found = given(Command.SERVE, flags, os.environ if env is None else env)
+    found = _given(Command.SERVE, flags, os.environ if env is None else env)
     settings = _record(ServeSettings, found)
     return replace(
         settings,
@@ -103,7 +103,7 @@ def worker_settings(
 ) -> WorkerSettings:
     """A remote `vigil worker`: its own flags and variables (a local one is handed its
     settings whole: local_worker_settings)."""
-    found = given(Command.WORKER, flags, os.environ if env is None else env)
+    found = _given(Command.WORKER, flags, os.environ if env is None else env)
     if not found.get("gateway_urls"):
         raise SettingsError("a worker needs --gateway URL (or VIGIL_GATEWAY)")
     if not found.get("worker_token"):
@@ -143,13 +143,13 @@ def local_worker_engine(settings: EngineSettings, workers: int, cpus: int) -> En
 def database_url(flags: Mapping[str, object], env: Mapping[str, str] | None = None) -> str:
     """For the commands that only touch the database (`vigil migrate`, `keys`, `admin`:
     they take the same two settings, --data-dir and --database-url)."""
-    found = given(Command.MIGRATE, flags, os.environ if env is None else env)
+    found = _given(Command.MIGRATE, flags, os.environ if env is None else env)
     url: str = found.get("database_url", "")
     return url or sqlite_url(found.get("data_dir", ServeSettings().data_dir))
 
 
 def plan_gateway(flags: Mapping[str, object], env: Mapping[str, str] | None = None) -> str:
-    found = given(Command.PLAN, flags, os.environ if env is None else env)
+    found = _given(Command.PLAN, flags, os.environ if env is None else env)
     if "gateway" not in found:
         raise SettingsError(
             "vigil plan asks a running gateway: give its base URL with --gateway URL or "
