@@ -25,6 +25,7 @@ from vigil.platform.api.internal import WorkerController
 from vigil.platform.api.observe import observe_requests
 from vigil.platform.api.openai_routes import OpenAIController
 from vigil.platform.api.request_id import add_request_id
+from vigil.platform.api.runbooks import runbook
 from vigil.platform.api.security_headers import secure_answers
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.fleet import REPLICA_WRITE_S
@@ -154,6 +155,7 @@ def create_app(services: Services, local_workers: LocalWorkers | None = None) ->
             healthz,
             readyz,
             metrics,
+            runbook,
             create_static_files_router(
                 path="/static", directories=[web_dir / "static"], include_in_schema=False
             ),

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vigil.engine.bundled import ModelKind
 from vigil.platform.alerts.connect import webhook_client
 from vigil.platform.alerts.delivery import WebhookDelivery
+from vigil.platform.alerts.links import public_base_url
 from vigil.platform.control.changes import ChangeFeed
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.config_file import load_deployments
@@ -223,6 +224,7 @@ def build_services(
             settings.webhook_max_age_s,
             wake=plane.outbox_written,
             attempt_timeout_s=settings.webhook_timeout_s,
+            base_url=public_base_url(settings.external_url, settings.host, settings.port),
         ),
         changes=ChangeFeed(db),
         loops=loops,

@@ -26,6 +26,7 @@ def add_parser(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from vigil.platform.alerts.links import public_base_url
     from vigil.platform.api.http_protocol import guarded_protocol
     from vigil.platform.app import create_app
     from vigil.platform.control.migrate import migrate
@@ -54,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         log.info("auth: every /v1 request needs an API key (vigil keys create)")
-    base = settings.external_url or f"http://{settings.host}:{settings.port}"
-    log.info("console: %s/console/", base)
+    log.info(
+        "console: %s/console/", public_base_url(settings.external_url, settings.host, settings.port)
+    )
     edge = settings.edge
     config = uvicorn.Config(
         app,

@@ -36,6 +36,15 @@ class Replica:
             and self.last_heartbeat_ts > self.failed_ts
         )
 
+    def drained(self, now_ts: float) -> bool:
+        """It left on purpose: its last heartbeat said every engine was draining (a
+        SIGTERM, as a scale-down or a rollout sends), and none came since."""
+        return (
+            not self.up(now_ts)
+            and bool(self.slots)
+            and all(s.state == "draining" for s in self.slots.values())
+        )
+
     def ready(self, slot_key: str) -> SlotReport | None:
         report = self.slots.get(slot_key)
         return report if report is not None and report.state == "ready" else None
@@ -93,9 +102,15 @@ class WorkerRegistry:
         ]
 
     def liveness(self, now_ts: float | None = None) -> list[tuple[str, bool, float]]:
-        """(replica, up, seconds since its last heartbeat) of every worker known."""
+        """(replica, up, seconds since its last heartbeat) of every worker known, but
+        those that drained away: `vigil_worker_up == 0` alerts on a worker lost, not on
+        one a scale-down or a rollout stopped."""
         now = time.monotonic() if now_ts is None else now_ts
-        return [(r.id, r.up(now), now - r.last_heartbeat_ts) for r in self.replicas.values()]
+        return [
+            (r.id, r.up(now), now - r.last_heartbeat_ts)
+            for r in self.replicas.values()
+            if not r.drained(now)
+        ]
 
     def engine_stats(self, now_ts: float | None = None) -> list[tuple[str, str, EngineStats]]:
         """(engine key, replica, stats) of every engine on a live worker."""

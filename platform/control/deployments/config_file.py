@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.request import Priority
@@ -37,6 +38,8 @@ from vigil.platform.control.specs import (
     bundled_version,
     default_limits,
 )
+
+E = TypeVar("E", bound=Enum)
 
 
 class ConfigError(ValueError):
@@ -92,14 +95,23 @@ def _version(entry: dict[str, Any], where: str) -> VersionRef:
         return VersionRef(
             model=str(entry["model"]),
             version=str(entry["version"]),
-            kind=ModelKind(entry.get("kind", "generate")),
-            format=ModelFormat(entry.get("format", "gguf")),
+            kind=_choice(ModelKind, entry.get("kind", "generate"), "kind", where),
+            format=_choice(ModelFormat, entry.get("format", "gguf"), "format", where),
             artifact=str(entry["artifact"]),
             checksum=entry.get("checksum"),
             params=tuple(sorted(dict(entry.get("params", {})).items())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc!r}") from exc
+
+
+def _choice(kind: type[E], value: object, field: str, where: str) -> E:
+    """An enum field's value, or an error that lists the valid ones."""
+    try:
+        return kind(value)
+    except ValueError:
+        valid = ", ".join(str(member.value) for member in kind)
+        raise ConfigError(f"{where}: {field} = {value!r} is not one of {valid}") from None
 
 
 def _lookup(
@@ -158,7 +170,9 @@ def _spec(
         if "fallback" in entry:
             fb = entry["fallback"]
             fallback = FallbackSpec(
-                str(fb["deployment"]), FallbackTrigger(fb["trigger"]), float(fb["threshold_s"])
+                str(fb["deployment"]),
+                _choice(FallbackTrigger, fb["trigger"], "fallback.trigger", where),
+                float(fb["threshold_s"]),
             )
         pool = LongPromptPool(**entry["long_prompt_pool"]) if "long_prompt_pool" in entry else None
         return DeploymentSpec(

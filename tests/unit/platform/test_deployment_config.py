@@ -62,7 +62,7 @@ model = "smollm2-135m-instruct"
         (
             '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
             'fallback = { deployment = "a", trigger = "soon", threshold_s = 1 }',
-            "deployments[0]",
+            "deployments[0]: fallback.trigger = 'soon' is not one of queue_wait, predicted_ttft",
         ),
         (
             '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n[[deployments]]\n'
@@ -127,6 +127,11 @@ shadow = { version = "next", weight = 25 }
             '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
             'shadow = { version = "nope", weight = 5 }',
             "no version 'nope'",
+        ),
+        (
+            '[[versions]]\nmodel = "smollm2-135m-instruct"\nversion = "1"\nartifact = "x"\n'
+            'format = "onnx"\n[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"',
+            "format = 'onnx' is not one of gguf, hf",
         ),
         (
             '[[versions]]\nmodel = "gpt-9"\nversion = "1"\nartifact = "x"\n[[deployments]]\n'
