@@ -196,12 +196,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "external-url",
         "external_url",
-        "the gateway's public base URL, as people and alert receivers reach it (behind a "
-        "proxy or an ingress): absolute http(s), no query; links are made from it",
+        "the gateway's public base URL, as people and alert receivers reach it behind a "
+        "proxy or an Ingress: absolute http(s), no query; alert links (generatorURL, "
+        "externalURL, runbook_url) are built on it",
         SERVE,
         _SERVER,
         v.public_url,
-        default_text="none",
+        default_text="the listen address, a wildcard host named by the machine's name",
     ),
     Setting(
         "worker-token",
