@@ -19,24 +19,13 @@ from typing import NewType
 
 import torch
 
+from vigil.engine.config import BatcherConfig
 from vigil.engine.loaders.embedder import EmbeddingModel
 from vigil.engine.stats import BatchRecord
 
 log = logging.getLogger(__name__)
 
 ItemId = NewType("ItemId", int)
-
-
-@dataclass(frozen=True, slots=True)
-class BatcherConfig:
-    max_batch_size: int = 32
-    max_wait_ms: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from vigil.engine.config import EngineConfig
 from vigil.engine.detokenizer import IncrementalDetokenizer
 from vigil.engine.grammar import CompiledGrammar, GrammarCompiler
 from vigil.engine.kv_cache import BlockPool
@@ -27,39 +28,8 @@ from vigil.engine.runner import ModelRunner, StepResult, kv_bytes_per_token
 from vigil.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
 from vigil.engine.sequence import Sequence
 from vigil.engine.stats import EngineStats, StepStats, prefill_pairs_of
-from vigil.engine.threads import StepThreads
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    block_size: int = 16
-    kv_cache_memory_bytes: int = 1 << 30
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int = 2048
-    max_model_len: int | None = None  # None: the model's own context window
-    enable_prefix_caching: bool = True
-    # A batch-class request waiting this long is admitted ahead of interactive ones.
-    batch_aging_s: float = 10.0
-    # Decode attention with the native CPU kernel when it builds (engine/kernels).
-    native_attention: bool = True
-    # CPU threads by step size; None: whatever torch is set to.
-    threads: StepThreads | None = None
-    # Compiled grammars kept for reuse (least recently used dropped first).
-    grammar_cache_size: int = 256
-
-    def __post_init__(self) -> None:
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            # Otherwise a full batch could not even feed each sequence its one decode token.
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
-                f"max_num_seqs ({self.max_num_seqs})"
-            )
-        if self.block_size < 1 or self.max_num_seqs < 1:
-            raise ValueError("block_size and max_num_seqs must be at least 1")
-        if self.grammar_cache_size < 1:
-            raise ValueError("grammar_cache_size must be at least 1")
 
 
 @dataclass(slots=True)

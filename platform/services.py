@@ -125,6 +125,7 @@ def build_services(
         session_factory(db),
         model_dirs=settings.resolved_model_dirs,
         webhook_policy=webhook_policy,
+        max_queue_wait_s=settings.max_queue_wait_s,
     )
     generation = GenerationService(
         view,

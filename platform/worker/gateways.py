@@ -130,7 +130,7 @@ class GatewayLink:
         self._client = httpx.AsyncClient(
             base_url=url,
             timeout=CALL_TIMEOUT_S,
-            headers={"Authorization": f"Bearer {links.settings.token}"},
+            headers={"Authorization": f"Bearer {links.settings.worker_token}"},
             transport=transport,
         )
 

@@ -37,6 +37,7 @@ from vigil.engine.request import (
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable
 from vigil.platform.lifecycle import DrainingServer
 from vigil.platform.settings import WorkerSettings
+from vigil.platform.telemetry.context import configure_logging
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.telemetry.tracing import WorkerSpans
 from vigil.platform.wire.errors import EXCEPTION_HANDLERS
@@ -174,6 +175,8 @@ def build_worker_app(
 
 
 def run_worker(settings: WorkerSettings) -> None:
+    prefix = f"worker {settings.worker_id} "
+    configure_logging(settings.log_level, settings.log_format, prefix, worker=settings.worker_id)
     configure_torch(settings.engine)
     registry = CollectorRegistry()
     metrics = EngineMetrics(registry)
@@ -184,7 +187,7 @@ def run_worker(settings: WorkerSettings) -> None:
     host, port = sock.getsockname()[:2]
     address = f"http://{settings.advertise_host or host}:{port}"
     spans = WorkerSpans.of(settings.tracing, settings.worker_id, metrics.spans_dropped)
-    app = build_worker_app(runtime, settings.token, registry, spans)
+    app = build_worker_app(runtime, settings.worker_token, registry, spans)
     link = GatewayLinks(settings, runtime, address)
 
     async def drain() -> None:

@@ -20,6 +20,7 @@ declared as TOML, checked with errors that name the entry to fix.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,7 +46,12 @@ class ConfigError(ValueError):
     """The deployments file says something Vigil cannot use; the message says where."""
 
 
-def load_deployments(path: Path, bundled_models: set[str]) -> list[DeploymentSpec]:
+def load_deployments(
+    path: Path, bundled_models: set[str], limits: Mapping[Priority, ClassLimits] | None = None
+) -> list[DeploymentSpec]:
+    """`limits`: what a deployment's classes get for what its entry leaves out (none:
+    `default_limits()`)."""
+    limits = default_limits() if limits is None else limits
     try:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -62,7 +68,10 @@ def load_deployments(path: Path, bundled_models: set[str]) -> list[DeploymentSpe
                 f"{', '.join(sorted(bundled_models))})"
             )
         versions[(v.model, v.version)] = v
-    specs = [_spec(entry, versions, f"{path}: deployments[{i}]") for i, entry in enumerate(entries)]
+    specs = [
+        _spec(entry, versions, limits, f"{path}: deployments[{i}]")
+        for i, entry in enumerate(entries)
+    ]
     _check_references(specs, path)
     return specs
 
@@ -139,14 +148,17 @@ def _weighted(
 
 
 def _spec(
-    entry: dict[str, Any], versions: dict[tuple[str, str], VersionRef], where: str
+    entry: dict[str, Any],
+    versions: dict[tuple[str, str], VersionRef],
+    defaults: Mapping[Priority, ClassLimits],
+    where: str,
 ) -> DeploymentSpec:
     try:
         model = str(entry.get("model", entry["name"]))
         stable = _lookup(versions, model, entry.get("version"), where)
         canary, weight = _weighted(entry, "canary", versions, model, where)
         shadow, shadow_weight = _weighted(entry, "shadow", versions, model, where)
-        limits = default_limits()
+        limits = dict(defaults)
         for priority in Priority:
             if priority.label in entry:
                 section, base = entry[priority.label], limits[priority]
