@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vigil.engine.grammar import CompiledGrammar, GrammarMasks, GrammarMatcher
+from vigil.engine.grammar import CompiledGrammar, GrammarMatcher
+from vigil.engine.grammar_masks import GrammarMasks
 from vigil.engine.kernels import paged_attention_ext
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model.attention import AttentionMetadata, DecodeKernel, PrefillSpan
