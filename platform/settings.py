@@ -99,6 +99,8 @@ class ServeSettings:
     # and all of them together), so that no request can hold the gateway for long.
     max_request_bytes: int = 8 << 20
     max_prompt_chars: int = 2_000_000
+    # The most choices (n) one generation may ask for: each is a sequence in the batch.
+    max_choices: int = 8
     # Shared state of several gateways (failed sign-ins): Redis, e.g. redis://host:6379;
     # "" keeps it in this process.
     redis_url: str = ""
@@ -325,6 +327,7 @@ def serve_settings(
             "max prompt chars",
             d.max_prompt_chars,
         ),
+        max_choices=_int(_env(env, "MAX_CHOICES"), "max choices", d.max_choices),
         console_secret=_env(env, "CONSOLE_SECRET"),
         console_session_s=_int(
             _pick(flags.get("console_session"), env, "CONSOLE_SESSION"),
