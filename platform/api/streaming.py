@@ -185,40 +185,33 @@ async def completion_chunks(
     wants_logprobs = generation.request.params.logprobs is not None
     writers = [LegacyWriter(generation.token_bytes) for _ in range(n)]
     started = [False] * n
-    prompt_records: list[
-        SampledLogprobs
-    ] = []  # choice 0's first event brings them, before any other choice's
+    # Choice 0's first event brings them, before any other choice's first event.
+    prompt_records: list[SampledLogprobs] = []
 
     def write(event: EngineEvent) -> list[bytes]:
         i, writer = event.index, writers[event.index]
-        text = event.text
         records = event.logprobs if isinstance(event, TokenEvent) else ()
-        if isinstance(event, TokenEvent) and event.prompt_logprobs:
+        if isinstance(event, TokenEvent):
             prompt_records.extend(event.prompt_logprobs)
-        logprobs: LegacyLogprobs | None = writer.tokens(records) if wants_logprobs else None
+        text, head = event.text, None
         if echo is not None and not started[i]:
             text = echo + text
             if wants_logprobs:
-                head = LegacyWriter(generation.token_bytes)
-                prompt = head.echoed_prompt(generation.request.prompt_ids, prompt_records)
-                writer.offset += head.offset
-                logprobs = joined(prompt, writer.tokens(records))
+                head = writer.echoed_prompt(generation.request.prompt_ids, prompt_records)
+        logprobs: LegacyLogprobs | None = None
+        if wants_logprobs:
+            body = writer.tokens(records)
+            logprobs = body if head is None else joined(head, body)
         started[i] = True
         out = []
         if text or (logprobs is not None and logprobs.tokens):
-            out.append(
-                sse(
-                    CompletionChunk(
-                        request_id, created, model, [CompletionChoice(i, text, None, logprobs)]
-                    )
-                )
-            )
+            out.append(chunk(CompletionChoice(i, text, None, logprobs)))
         if isinstance(event, FinishEvent):
-            reason = finish_reason(event.reason, False)
-            out.append(
-                sse(CompletionChunk(request_id, created, model, [CompletionChoice(i, "", reason)]))
-            )
+            out.append(chunk(CompletionChoice(i, "", finish_reason(event.reason, False))))
         return out
+
+    def chunk(choice: CompletionChoice) -> bytes:
+        return sse(CompletionChunk(request_id, created, model, [choice]))
 
     def usage_chunk(num_prompt: int, num_output: int) -> bytes:
         return sse(CompletionChunk(request_id, created, model, [], usage(num_prompt, num_output)))

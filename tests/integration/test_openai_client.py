@@ -420,6 +420,12 @@ def test_completion_logprobs_with_the_echoed_prompt(client: OpenAI) -> None:
     assert all(len(top) >= 2 for top in lp.top_logprobs[1:])
     assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
     assert "".join(lp.tokens) == choice.text
+    kwargs: dict[str, Any] = {"echo": True, "logprobs": 2, "temperature": 0, "max_tokens": 3}
+    chunks = list(client.completions.create(model=LLM, prompt=prompt, stream=True, **kwargs))
+    pieces = [c.choices[0] for c in chunks if c.choices[0].logprobs]
+    assert "".join(p.text for p in pieces) == choice.text
+    assert [t for p in pieces for t in p.logprobs.text_offset] == lp.text_offset
+    assert [t for p in pieces for t in p.logprobs.token_logprobs] == lp.token_logprobs
     plain = client.completions.create(
         model=LLM, prompt=prompt, logprobs=0, temperature=0, max_tokens=3
     )
