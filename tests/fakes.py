@@ -5,7 +5,7 @@
   (scheduler, KV cache, sampler) in milliseconds a step.
 - `ScriptedEngine`: the engine's `generate` contract with the clock in the test's hands:
   a request waits in its queue until the test lets it start (or its deadline passes),
-  then streams a fixed number of tokens.
+  then streams a fixed number of tokens for each of its choices.
 - `minilm_tokenizer`: the bundled embedding model's tokenizer, which the gateway
   tokenizes embeddings with (the generation tokenizer is the test's to pass).
 - `FakeWorkers`: the gateway's WorkerLink, in process. Each fake worker registers and
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -184,15 +185,19 @@ class ScriptedEngine:
             del self.waiting[rid]
             clock.scheduled_ts = time.monotonic()
             self.num_running += 1
+            choices = range(request.params.n)
             for i in range(self.num_tokens):
                 if i and self.token_gap_s:
                     await asyncio.sleep(self.token_gap_s)
-                yield TokenEvent(self.text, (i + 10,), time.monotonic())
+                for c in choices:
+                    yield TokenEvent(self.text, (i + 10,), time.monotonic(), index=c)
             clock.finished_ts = time.monotonic()
             finished = True
-            yield FinishEvent(
-                FinishReason.LENGTH, "", len(request.prompt_ids), self.num_tokens, clock
-            )
+            num_prompt = len(request.prompt_ids)
+            for c in choices:
+                yield FinishEvent(
+                    FinishReason.LENGTH, "", num_prompt, self.num_tokens, clock, index=c
+                )
         finally:
             self.waiting.pop(rid, None)
             if clock.scheduled_ts is not None:
@@ -311,25 +316,19 @@ class FakeWorkers:
         self, engine: Engine, own: GenerationRequest, request: GenerationRequest
     ) -> AsyncGenerator[EngineEvent, None]:
         events = engine.generate(own)
+        unfinished = request.params.n
         try:
             async for event in events:
                 if isinstance(event, TokenEvent):
-                    yield TokenEvent(event.text, event.token_ids, time.monotonic())
+                    yield dataclasses.replace(event, token_ts=time.monotonic())
                     continue
                 clock = request.clock
                 if event.clock.queue_time_s is not None:
                     clock.scheduled_ts = clock.arrival_ts + event.clock.queue_time_s
-                yield FinishEvent(
-                    event.reason,
-                    event.text,
-                    event.num_prompt_tokens,
-                    event.num_output_tokens,
-                    clock,
-                    event.error,
-                    event.num_cached_prompt_tokens,
-                    event.num_prefill_chunks,
-                )
-                return
+                yield dataclasses.replace(event, clock=clock)
+                unfinished -= 1
+                if not unfinished:
+                    return
         finally:
             await events.aclose()  # type: ignore[attr-defined]
 

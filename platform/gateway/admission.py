@@ -19,7 +19,8 @@ fade within minutes, so an overload an hour ago does not shape a decision now).
   `batch_shed_fraction` of the target, so the rest of the headroom stays with
   interactive traffic.
 - A request that would make the streams slower than min_tokens_per_s (a decode step of
-  the batch it would join, at the measured cost) is shed.
+  the batch it would join, at the measured cost) is shed. A request of n choices joins
+  the batch as n sequences.
 Shedding at once, in milliseconds, beats letting a request time out in the queue: the
 client can retry elsewhere or later, after Retry-After: the seconds the forecast is over
 the target by.
@@ -94,8 +95,10 @@ def decide(
     allow_fallback: bool = True,
     actions: SLOActions = NO_ACTIONS,
     cached_tokens: int = 0,
+    num_seqs: int = 1,
 ) -> Admission:
-    """cached_tokens: of the prompt, likely in the replica's prefix cache."""
+    """cached_tokens: of the prompt, likely in the replica's prefix cache; num_seqs: the
+    request's choices (n), each a sequence in the batch."""
     slo = spec.slo
     idle = load.engine.idle
     ttft = forecast(load, priority, prompt_tokens, HORIZON_TARGETS * slo.ttft_p99_s, cached_tokens)
@@ -126,7 +129,7 @@ def decide(
     if ttft > limit:
         return _shed(Reason.SLO_TTFT, ttft, limit)
     engine = load.engine
-    joined = min(len(engine.running) + len(engine.waiting) + 1, engine.max_num_seqs)
+    joined = min(len(engine.running) + len(engine.waiting) + num_seqs, engine.max_num_seqs)
     if 1.0 / load.costs.decode_s(joined) < slo.min_tokens_per_s:
         # Each running stream gets one token per step: one more stream only slows them.
         return _shed(Reason.SLO_TOKENS_PER_S, ttft, limit)

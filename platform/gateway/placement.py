@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.gateway.admission import LoadSnapshot
+from vigil.platform.gateway.grammars import OutputPlan
 from vigil.platform.gateway.lease import LoadBook, ReplicaCounts
 from vigil.platform.gateway.prefixes import PrefixMemory, block_hashes
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
@@ -35,6 +36,7 @@ class Placement:
     block_hashes: list[int]  # of the prompt's full blocks, as that engine caches them
     num_cached_tokens: int  # of the prompt, likely in that engine's prefix cache
     capacity_blocks: int  # KV blocks of that engine
+    output: OutputPlan | None = None  # how the output is held and read (generations)
 
 
 def context_ceiling(workers: WorkerRegistry, version: VersionRef) -> int | None:

@@ -102,6 +102,8 @@ class ServeSettings:
     # and all of them together), so that no request can hold the gateway for long.
     max_request_bytes: int = 8 << 20
     max_prompt_chars: int = 2_000_000
+    # The most choices (n) one generation may ask for: each is a sequence in the batch.
+    max_choices: int = 8
     # The interactive class's max_queue_wait_s of a deployment made without its own
     # limits (control/specs.py default_limits: the batch class waits 4 times as long).
     max_queue_wait_s: float = DEFAULT_MAX_QUEUE_WAIT_S

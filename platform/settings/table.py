@@ -272,6 +272,15 @@ SETTINGS: tuple[Setting, ...] = (
         v.whole(1),
     ),
     Setting(
+        "max-choices",
+        "max_choices",
+        "most choices (n) one chat or completion may ask for; each is a sequence in the "
+        "batch and counts as one for admission; more gets 400",
+        SERVE,
+        _REQUESTS,
+        v.whole(1),
+    ),
+    Setting(
         "max-queue-wait",
         "max_queue_wait_s",
         "seconds an interactive request may wait to start before it gets 503 queue_timeout, "

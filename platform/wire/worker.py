@@ -19,11 +19,16 @@ from __future__ import annotations
 import hmac
 from typing import Any, Literal
 
-import msgspec
-from msgspec import Struct
+from msgspec import Struct, structs
 
 from vigil.engine.bundled import ModelFormat, ModelKind
-from vigil.engine.request import SamplingParams
+from vigil.engine.request import (
+    Constraint,
+    ConstraintKind,
+    SampledLogprobs,
+    SamplingParams,
+    TokenLogprob,
+)
 from vigil.engine.stats import EngineStats
 from vigil.platform.control.specs import VersionRef
 from vigil.platform.errors import Unauthorized
@@ -134,7 +139,7 @@ class StatsWire(Struct, frozen=True):
         return cls(**{name: getattr(stats, name) for name in cls.__struct_fields__})
 
     def stats(self) -> EngineStats:
-        return EngineStats(**msgspec.structs.asdict(self), last_step=None)
+        return EngineStats(**structs.asdict(self), last_step=None)
 
 
 class SlotReport(Struct):
@@ -152,7 +157,12 @@ class Heartbeat(Struct):
     slots: list[SlotReport]
 
 
-class SamplingWire(Struct, frozen=True):
+class ConstraintWire(Struct, frozen=True, array_like=True):
+    kind: str  # engine.request.ConstraintKind
+    text: str
+
+
+class SamplingWire(Struct, frozen=True, omit_defaults=True):
     """A request's sampling (engine.request.SamplingParams)."""
 
     max_tokens: int
@@ -163,9 +173,15 @@ class SamplingWire(Struct, frozen=True):
     stop: tuple[str, ...]
     ignore_eos: bool
     min_tokens: int
+    constraint: ConstraintWire | None = None
+    logprobs: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    n: int = 1
+    prompt_logprobs: int | None = None
 
     @classmethod
     def of(cls, p: SamplingParams) -> SamplingWire:
+        c = p.constraint
         return cls(
             p.max_tokens,
             p.temperature,
@@ -175,10 +191,30 @@ class SamplingWire(Struct, frozen=True):
             p.stop,
             p.ignore_eos,
             p.min_tokens,
+            None if c is None else ConstraintWire(c.kind.value, c.text),
+            p.logprobs,
+            p.logit_bias,
+            p.n,
+            p.prompt_logprobs,
         )
 
     def params(self) -> SamplingParams:
-        return SamplingParams(*msgspec.structs.astuple(self))
+        c = self.constraint
+        return SamplingParams(
+            self.max_tokens,
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.seed,
+            self.stop,
+            self.ignore_eos,
+            self.min_tokens,
+            None if c is None else Constraint(ConstraintKind(c.kind), c.text),
+            self.logprobs,
+            self.logit_bias,
+            self.n,
+            self.prompt_logprobs,
+        )
 
 
 class GenerateCall(Struct):
@@ -190,9 +226,28 @@ class GenerateCall(Struct):
     max_queue_wait_s: float | None  # relative: worker and gateway clocks differ
 
 
-class TokenWire(Struct, tag="token"):
+class LogprobWire(Struct, frozen=True, array_like=True):
+    """engine.request.SampledLogprobs: [token id, logprob, [[id, logprob], ...]]."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def of(cls, lp: SampledLogprobs) -> LogprobWire:
+        return cls(lp.token_id, lp.logprob, tuple((t.token_id, t.logprob) for t in lp.top))
+
+    def record(self) -> SampledLogprobs:
+        top = tuple(TokenLogprob(t, v) for t, v in self.top)
+        return SampledLogprobs(self.token_id, self.logprob, top)
+
+
+class TokenWire(Struct, tag="token", omit_defaults=True):
     text: str
     ids: list[int]
+    index: int = 0  # the choice
+    logprobs: list[LogprobWire] = []
+    prompt_logprobs: list[LogprobWire] = []
 
 
 class FinishWire(Struct, tag="finish"):
@@ -204,6 +259,7 @@ class FinishWire(Struct, tag="finish"):
     error: str | None = None
     cached_prompt_tokens: int = 0
     prefill_chunks: int = 0
+    index: int = 0  # the choice
 
 
 EventWire = TokenWire | FinishWire

@@ -46,6 +46,7 @@ from vigil.platform.wire.worker import (
     EmbedResult,
     FinishWire,
     GenerateCall,
+    LogprobWire,
     TokenWire,
     require_worker_token,
 )
@@ -84,6 +85,13 @@ async def _generate(
     # Fitted to this engine's context by the gateway (gateway/prompt.py), from the limits
     # this worker reports; the engine's own check ends a request that does not fit
     # (an engine restarted smaller since) with an error event.
+    if request.params.constraint is not None:
+        # Compiled here, off the engine's thread (whose every step would wait for it) and
+        # before the answer starts: the engine then finds it in its grammar cache.
+        try:
+            await asyncio.to_thread(engine.check_request, request)
+        except RequestRejected as exc:
+            raise InvalidRequest(str(exc), param=exc.param) from exc
     slot.in_flight += 1
 
     async def lines() -> AsyncIterator[bytes]:
@@ -91,7 +99,13 @@ async def _generate(
         try:
             async for event in engine.generate(request):
                 if isinstance(event, TokenEvent):
-                    wire: TokenWire | FinishWire = TokenWire(event.text, list(event.token_ids))
+                    wire: TokenWire | FinishWire = TokenWire(
+                        event.text,
+                        list(event.token_ids),
+                        event.index,
+                        [LogprobWire.of(lp) for lp in event.logprobs],
+                        [LogprobWire.of(lp) for lp in event.prompt_logprobs],
+                    )
                 else:
                     finish = event
                     wire = _finish_wire(event)
@@ -115,6 +129,7 @@ def _finish_wire(event: FinishEvent) -> FinishWire:
         event.error,
         event.num_cached_prompt_tokens,
         event.num_prefill_chunks,
+        event.index,
     )
 
 

@@ -397,6 +397,14 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
         ),
         (
             "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "params": {"tool_parser": "x"}},
+            400,
+            "params.tool_parser",
+            "tool_parser (hermes, llama3_json)",
+        ),
+        (
+            "POST",
             "/api/admin/models/ghost/versions",
             {"version": "v2", "artifact": f"bundled:{SMOLLM2}"},
             404,

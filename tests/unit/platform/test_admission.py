@@ -136,6 +136,14 @@ def test_streams_too_slow_for_the_tokens_per_second_target_shed_new_work() -> No
     assert decide(I, 10, load(running=(5,), costs=slow), SPEC).verdict is Verdict.ADMIT
 
 
+def test_a_request_of_n_choices_joins_the_batch_as_n_sequences() -> None:
+    slow = replace(COSTS, decode=(DecodePoint(1, 0.1), DecodePoint(8, 0.25)))
+    one_running = load(running=(5,), costs=slow)
+    assert decide(I, 10, one_running, SPEC, num_seqs=1).verdict is Verdict.ADMIT  # 2: 8 tok/s
+    a = decide(I, 10, one_running, SPEC, num_seqs=6)  # a batch of 7: 4 tokens/s
+    assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TOKENS_PER_S)
+
+
 def test_without_step_costs_nothing_is_forecast_and_the_request_is_admitted() -> None:
     a = decide(I, 8000, load(waiting=(4000, 0), costs=None), SPEC)
     assert a.verdict is Verdict.ADMIT and a.predicted_ttft_s is None

@@ -55,6 +55,7 @@ EXAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("VIGIL_REDIS_URL", "redis_url"): ("redis://cache:6379", "redis://cache:6379"),
     ("VIGIL_MAX_REQUEST_BYTES", "max_request_bytes"): ("1MiB", 1 << 20),
     ("VIGIL_MAX_PROMPT_CHARS", "max_prompt_chars"): ("5000", 5000),
+    ("VIGIL_MAX_CHOICES", "max_choices"): ("3", 3),
     ("VIGIL_MAX_QUEUE_WAIT", "max_queue_wait_s"): ("7.5", 7.5),
     ("VIGIL_SSE_KEEPALIVE", "sse_keepalive_s"): ("2.5", 2.5),
     ("VIGIL_MAX_HEADER_BYTES", "edge.max_header_bytes"): ("16KiB", 16 << 10),
