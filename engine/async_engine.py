@@ -69,6 +69,7 @@ class AsyncLLMEngine:
         self._on_step = on_step
         self._inbox: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
         self._streams: dict[RequestId, asyncio.Queue[EngineEvent]] = {}
+        self._unfinished: dict[RequestId, int] = {}  # choices of each stream not ended yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stats = core.stats()
@@ -99,25 +100,25 @@ class AsyncLLMEngine:
         self.core.check_request(request)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
-        """Events for one request until its FinishEvent. Closing the iterator early
-        (a client that went away) aborts the request at the next step. A request the
-        engine cannot serve ends at once with an ERROR finish that says why (call
-        `check_request` first to refuse it before a response starts)."""
+        """Events for one request until the FinishEvent of each of its n choices.
+        Closing the iterator early (a client that went away) aborts the request at the
+        next step. A request the engine cannot serve ends at once with an ERROR finish
+        per choice that says why (call `check_request` first to refuse it before a
+        response starts)."""
         rid = request.request_id
         events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         self._streams[rid] = events
+        self._unfinished[rid] = request.params.n
         self._inbox.put(_Add(request))
-        finished = False
+        unfinished = request.params.n
         try:
-            while True:
+            while unfinished:
                 event = await events.get()
                 if isinstance(event, FinishEvent):
-                    finished = True
-                    yield event
-                    return
+                    unfinished -= 1
                 yield event
         finally:
-            if not finished:
+            if unfinished:
                 self.abort(rid)
 
     def abort(self, request_id: RequestId) -> None:
@@ -170,12 +171,18 @@ class AsyncLLMEngine:
         try:
             self.core.add_request(command.request)
         except Exception as exc:
-            log.warning("request %s rejected: %s", command.request.request_id, exc)
-            clock = command.request.clock
-            event = FinishEvent(
-                FinishReason.ERROR, "", len(command.request.prompt_ids), 0, clock, str(exc)
-            )
-            return [(command.request.request_id, event)]
+            request = command.request
+            log.warning("request %s rejected: %s", request.request_id, exc)
+            num_prompt = len(request.prompt_ids)
+            return [
+                (
+                    request.request_id,
+                    FinishEvent(
+                        FinishReason.ERROR, "", num_prompt, 0, request.clock, str(exc), index=i
+                    ),
+                )
+                for i in range(request.params.n)
+            ]
         return []
 
     def _dispatch(self, events: list[tuple[RequestId, EngineEvent]]) -> None:
@@ -185,4 +192,6 @@ class AsyncLLMEngine:
                 continue  # the consumer already left
             stream.put_nowait(event)
             if isinstance(event, FinishEvent):
-                del self._streams[rid]
+                self._unfinished[rid] -= 1
+                if not self._unfinished[rid]:
+                    del self._streams[rid], self._unfinished[rid]

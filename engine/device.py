@@ -10,7 +10,9 @@ import os
 
 import torch
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from vigil.engine.config import DTYPES
+
+_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 
 
 def resolve_device(name: str) -> torch.device:

@@ -19,24 +19,13 @@ from typing import NewType
 
 import torch
 
+from vigil.engine.config import BatcherConfig
 from vigil.engine.loaders.embedder import EmbeddingModel
 from vigil.engine.stats import BatchRecord
 
 log = logging.getLogger(__name__)
 
 ItemId = NewType("ItemId", int)
-
-
-@dataclass(frozen=True, slots=True)
-class BatcherConfig:
-    max_batch_size: int = 32
-    max_wait_ms: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +133,12 @@ class AsyncEmbedder:
         """The latest snapshot (no locking: the model thread replaces it whole)."""
         return self._stats
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        """One vector per text, in order. ValueError for bad input, before queueing."""
+    async def embed_ids(self, token_ids: list[list[int]]) -> list[list[float]]:
+        """One vector per row of token ids (the model's own tokenizer's, [CLS] and [SEP]
+        included: the gateway's), in order. RequestRejected for ids the model cannot
+        embed, before queueing."""
         assert self._loop is not None and self._thread is not None, "call start() first"
-        token_ids = self.model.tokenize(texts)
+        self.model.check_token_ids(token_ids)
         arrival_ts = time.monotonic()
         items = []
         for ids in token_ids:

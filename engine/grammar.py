@@ -18,6 +18,10 @@ needs transformers and triton at run time. xgrammar's mask is faster (0.04 ms ag
   small model allowed free whitespace can fill its whole budget with newlines.
 - EOS is allowed only where the grammar is complete; a grammar that can take no
   further token ends the sequence at once (STOP) without waiting for an EOS.
+
+Compiling needs no torch (the gateway compiles too, to refuse a bad schema before the
+request queues, and its process never imports torch); the masks are in
+engine/grammar_masks.py.
 """
 
 from __future__ import annotations
@@ -28,9 +32,6 @@ from collections import OrderedDict
 from typing import Any
 
 import llguidance
-import llguidance.torch
-import numpy as np
-import torch
 
 from vigil.engine.limits import RequestRejected
 from vigil.engine.request import Constraint, ConstraintKind
@@ -79,8 +80,10 @@ class GrammarMatcher:
         """The grammar can take no further token: the output is complete."""
         return bool(self._m.is_stopped())
 
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
-        llguidance.torch.fill_next_token_bitmask(self._m, bitmask, row)
+    @property
+    def llmatcher(self) -> llguidance.LLMatcher:
+        """llguidance's own matcher, for the masks (engine/grammar_masks.py)."""
+        return self._m
 
 
 class CompiledGrammar:
@@ -107,6 +110,10 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self.num_hits = 0
         self.num_misses = 0
+
+    def is_cached(self, constraint: Constraint) -> bool:
+        with self._lock:
+            return constraint in self._cache
 
     def compile(self, constraint: Constraint) -> CompiledGrammar:
         with self._lock:
@@ -157,29 +164,3 @@ def _grammar_text(constraint: Constraint) -> str:
             return str(llguidance.LLMatcher.grammar_from_regex(constraint.text))
         case ConstraintKind.GRAMMAR:
             return str(llguidance.LLMatcher.grammar_from_lark(constraint.text))
-
-
-class GrammarMasks:
-    """Masks the constrained rows of a step's logits; other rows are never touched.
-    One bitmask buffer (rows, ceil(V / 32)) int32, grown as needed and reused."""
-
-    def __init__(self, vocab_size: int) -> None:
-        self.vocab_size = vocab_size
-        self._bitmask = llguidance.torch.allocate_token_bitmask(1, vocab_size)
-
-    def apply(self, logits: torch.Tensor, rows: list[int], matchers: list[GrammarMatcher]) -> None:
-        """logits (N, V): rows[i] keeps only the tokens matchers[i] allows next."""
-        n = len(rows)
-        if self._bitmask.shape[0] < n:
-            self._bitmask = llguidance.torch.allocate_token_bitmask(n, self.vocab_size)
-        bitmask = self._bitmask[:n]
-        for i, m in enumerate(matchers):
-            m.fill_mask(bitmask, i)
-        # (n, W) int32 words -> (n, 32 W) bits, token 32 w + j at bit j of word w: the
-        # words' bytes are little-endian on every CPU torch supports, so bit order
-        # 'little' over the bytes lists tokens in order. numpy's unpackbits does it in
-        # 0.2 ms for 16 rows, where shifts and masks in torch took 13 ms.
-        bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")
-        forbidden = torch.from_numpy(bits[:, : logits.shape[-1]] == 0).to(logits.device)
-        for i, row in enumerate(rows):
-            logits[row].masked_fill_(forbidden[i], float("-inf"))

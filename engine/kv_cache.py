@@ -107,9 +107,10 @@ class BlockPool:
         return hits
 
     def share(self, blocks: Sequence[BlockId]) -> None:
-        """Take a reference on cached blocks found by `lookup`."""
+        """Take a reference on cached blocks found by `lookup`, or on blocks in use (a
+        forked choice's source, engine/scheduler.py)."""
         for b in blocks:
-            assert b in self._hash_of, f"block {b} is not a cached block"
+            assert b in self._hash_of or self._ref_counts[b] > 0, f"block {b} holds nothing"
             if self._ref_counts[b] == 0:
                 del self._free[b]
             self._ref_counts[b] += 1

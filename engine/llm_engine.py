@@ -1,14 +1,24 @@
 """The synchronous engine core: schedule -> run -> update, one step at a time.
 
 Not thread-safe; AsyncLLMEngine drives it from a single thread.
+
+A request of n choices (SamplingParams.n) is n sequences, reported under the request's
+id with their `index`. Choice 0 is scheduled first; the others wait outside the
+scheduler until it has its first token, which means its prompt's blocks are computed
+and named in the prefix cache: they then start at the head of the queue and find the
+prompt there (full blocks shared, the last partial one copied), so the prompt is
+prefilled once. Choice 0 ending before its first token (expired, failed, aborted) ends
+the waiting ones with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 
+from vigil.engine.config import EngineConfig
 from vigil.engine.detokenizer import IncrementalDetokenizer
 from vigil.engine.grammar import CompiledGrammar, GrammarCompiler
 from vigil.engine.kv_cache import BlockPool
@@ -21,50 +31,33 @@ from vigil.engine.request import (
     GenerationRequest,
     Priority,
     RequestId,
+    SampledLogprobs,
     TokenEvent,
 )
 from vigil.engine.runner import ModelRunner, StepResult, kv_bytes_per_token
 from vigil.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
 from vigil.engine.sequence import Sequence
 from vigil.engine.stats import EngineStats, StepStats, prefill_pairs_of
-from vigil.engine.threads import StepThreads
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    block_size: int = 16
-    kv_cache_memory_bytes: int = 1 << 30
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int = 2048
-    max_model_len: int | None = None  # None: the model's own context window
-    enable_prefix_caching: bool = True
-    # A batch-class request waiting this long is admitted ahead of interactive ones.
-    batch_aging_s: float = 10.0
-    # Decode attention with the native CPU kernel when it builds (engine/kernels).
-    native_attention: bool = True
-    # CPU threads by step size; None: whatever torch is set to.
-    threads: StepThreads | None = None
-    # Compiled grammars kept for reuse (least recently used dropped first).
-    grammar_cache_size: int = 256
-
-    def __post_init__(self) -> None:
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            # Otherwise a full batch could not even feed each sequence its one decode token.
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
-                f"max_num_seqs ({self.max_num_seqs})"
-            )
-        if self.block_size < 1 or self.max_num_seqs < 1:
-            raise ValueError("block_size and max_num_seqs must be at least 1")
-        if self.grammar_cache_size < 1:
-            raise ValueError("grammar_cache_size must be at least 1")
 
 
 @dataclass(slots=True)
 class _Output:
     detok: IncrementalDetokenizer
+    parent: RequestId  # the request the sequence is a choice of
+    index: int  # which choice
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """Choices 1..n-1 of a request, until its choice 0 has its first token."""
+
+    requests: list[GenerationRequest]
+    grammar: CompiledGrammar | None
+
+
+Events = list[tuple[RequestId, EngineEvent]]
 
 
 class LLMEngine:
@@ -101,6 +94,7 @@ class LLMEngine:
         )
         self._seqs: dict[RequestId, Sequence] = {}
         self._outputs: dict[RequestId, _Output] = {}
+        self._waiting_choices: dict[RequestId, _Waiting] = {}
         self._num_steps = 0
         self._last_step: StepStats | None = None
 
@@ -134,20 +128,35 @@ class LLMEngine:
     def add_request(self, request: GenerationRequest) -> None:
         # Compiled before the scheduler sees it: a bad constraint never takes a slot.
         grammar = self._check(request)
-        if request.request_id in self._seqs:
-            raise RequestRejected(f"request id {request.request_id!r} is already running", "prompt")
-        seq = Sequence(request, arrival_index=0)
-        self._seqs[request.request_id] = seq
-        stop = request.params.stop
-        self._outputs[request.request_id] = _Output(IncrementalDetokenizer(self.lm.tokenizer, stop))
-        self.runner.add_request(request.request_id, request.params.seed, grammar)
-        self.scheduler.add(seq)
+        rid = request.request_id
+        choices = [_choice(request, i) for i in range(1, request.params.n)]
+        if any(r.request_id in self._seqs for r in [request, *choices]):
+            raise RequestRejected(f"request id {rid!r} is already running", "prompt")
+        self._start(request, rid, 0, grammar)
+        if choices:
+            self._waiting_choices[rid] = _Waiting(choices, grammar)
 
-    def abort_request(self, request_id: RequestId) -> list[tuple[RequestId, EngineEvent]]:
-        seq = self._seqs.get(request_id)
-        if seq is None:
-            return []
-        return [(request_id, self._finish(seq, FinishReason.ABORT, "", time.monotonic()))]
+    def _start(
+        self,
+        request: GenerationRequest,
+        parent: RequestId,
+        index: int,
+        grammar: CompiledGrammar | None,
+    ) -> None:
+        seq = Sequence(request, arrival_index=0, fork_of=self._seqs[parent] if index else None)
+        self._seqs[request.request_id] = seq
+        detok = IncrementalDetokenizer(self.lm.tokenizer, request.params.stop)
+        self._outputs[request.request_id] = _Output(detok, parent, index)
+        self.runner.add_request(request.request_id, request.params.seed, grammar)
+        # A later choice goes ahead of the queue: its request was admitted already, and
+        # its prompt's blocks are fresh in the prefix cache.
+        self.scheduler.add(seq, front=index > 0)
+
+    def abort_request(self, request_id: RequestId) -> Events:
+        """Every choice of the request still in the engine ends as aborted."""
+        now = time.monotonic()
+        seqs = [s for s in self._seqs.values() if self._outputs[s.request_id].parent == request_id]
+        return [e for s in seqs for e in self._finish(s, FinishReason.ABORT, "", now)]
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -161,13 +170,11 @@ class LLMEngine:
         self._num_steps = 0
         self._last_step = None
 
-    def step(self) -> list[tuple[RequestId, EngineEvent]]:
+    def step(self) -> Events:
         t0 = time.perf_counter()
         now = time.monotonic()
         plan = self.scheduler.schedule(now)
-        expired: list[tuple[RequestId, EngineEvent]] = [
-            (s.request_id, self._finish(s, FinishReason.TIMEOUT, "", now)) for s in plan.expired
-        ]
+        expired = [e for s in plan.expired for e in self._finish(s, FinishReason.TIMEOUT, "", now)]
         if plan.is_empty:
             return expired
         t1 = time.perf_counter()
@@ -212,8 +219,8 @@ class LLMEngine:
         )
         return events
 
-    def _process_outputs(self, result: StepResult) -> list[tuple[RequestId, EngineEvent]]:
-        events: list[tuple[RequestId, EngineEvent]] = []
+    def _process_outputs(self, result: StepResult) -> Events:
+        events: Events = []
         now = time.monotonic()
         eos = self.lm.tokenizer.eos_token_ids
         for rid, token in result.sampled.items():
@@ -223,7 +230,15 @@ class LLMEngine:
             if clock.first_token_ts is None:
                 clock.first_token_ts = now
             clock.last_token_ts = now
-            detok = self._outputs[rid].detok
+            out = self._outputs[rid]
+            detok = out.detok
+            prompt_lps: tuple[SampledLogprobs, ...] = ()
+            if len(seq.output_ids) == 1:  # its first token: the prompt is in the cache
+                if params.prompt_logprobs is not None:
+                    prompt_lps = tuple(self.runner.take_prompt_logprobs(rid))
+                waiting = self._waiting_choices.pop(rid, None)
+                for i, request in enumerate(waiting.requests if waiting else (), start=1):
+                    self._start(request, rid, i, waiting.grammar if waiting else None)
             reason: FinishReason | None = None
             if token in eos and not params.ignore_eos:
                 piece, reason = "", FinishReason.STOP
@@ -238,36 +253,52 @@ class LLMEngine:
             ):
                 reason = FinishReason.LENGTH
             lp = result.logprobs.get(rid)
-            events.append((rid, TokenEvent(piece, (token,), now, () if lp is None else (lp,))))
+            logprobs = () if lp is None else (lp,)
+            event = TokenEvent(piece, (token,), now, logprobs, out.index, prompt_lps)
+            events.append((out.parent, event))
             if reason is not None:
-                events.append((rid, self._finish(seq, reason, detok.finish(), now)))
+                events.extend(self._finish(seq, reason, detok.finish(), now))
         return events
 
     def _finish(
         self, seq: Sequence, reason: FinishReason, text: str, now: float, error: str | None = None
-    ) -> FinishEvent:
+    ) -> Events:
+        """The sequence's FinishEvent, and those of the choices still waiting for it."""
         rid = seq.request_id
         self.scheduler.finish(seq)
         self.runner.remove_request(rid)
         del self._seqs[rid]
-        del self._outputs[rid]
-        seq.request.clock.finished_ts = now
-        return FinishEvent(
-            reason,
-            text,
-            seq.num_prompt_tokens,
-            len(seq.output_ids),
-            seq.request.clock,
-            error,
-            seq.num_cached_prompt_tokens,
-            seq.num_prefill_chunks,
-        )
+        out = self._outputs.pop(rid)
+        clock = seq.request.clock
+        clock.finished_ts = now
+        events: Events = [
+            (
+                out.parent,
+                FinishEvent(
+                    reason,
+                    text,
+                    seq.num_prompt_tokens,
+                    len(seq.output_ids),
+                    clock,
+                    error,
+                    seq.num_cached_prompt_tokens,
+                    seq.num_prefill_chunks,
+                    out.index,
+                ),
+            )
+        ]
+        waiting = self._waiting_choices.pop(rid, None)  # choice 0 ended before a token
+        for i, request in enumerate(waiting.requests if waiting else (), start=1):
+            ended = FinishEvent(reason, "", len(request.prompt_ids), 0, clock, error, index=i)
+            events.append((rid, ended))
+        return events
 
-    def _fail(self, plan: StepPlan, message: str) -> list[tuple[RequestId, EngineEvent]]:
+    def _fail(self, plan: StepPlan, message: str) -> Events:
         now = time.monotonic()
         return [
-            (item.seq.request_id, self._finish(item.seq, FinishReason.ERROR, "", now, message))
+            e
             for item in plan.scheduled
+            for e in self._finish(item.seq, FinishReason.ERROR, "", now, message)
         ]
 
     def stats(self) -> EngineStats:
@@ -285,3 +316,17 @@ class LLMEngine:
             num_steps=self._num_steps,
             last_step=self._last_step,
         )
+
+
+def _choice(request: GenerationRequest, index: int) -> GenerationRequest:
+    """Choice `index` (1 or more) of a request: its own id and seed, the request's clock."""
+    params = request.params
+    seed = None if params.seed is None else params.seed + index
+    return GenerationRequest(
+        RequestId(f"{request.request_id}/{index}"),
+        request.prompt_ids,
+        dataclasses.replace(params, n=1, seed=seed, prompt_logprobs=None),
+        request.priority,
+        request.clock,
+        request.deadline_ts,
+    )

@@ -9,6 +9,7 @@ from typing import Any, NewType
 
 RequestId = NewType("RequestId", str)
 MAX_TOP_LOGPROBS = 20
+SEED_MAX = 2**63 - 1  # torch takes seeds in [-2**63, 2**64); choices count up from one
 
 
 class Priority(IntEnum):
@@ -85,6 +86,14 @@ class SamplingParams:
     logprobs: int | None = None
     # (token id, bias) pairs added to the logits before sampling.
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # Choices of one prompt: choice i draws with seed + i. The prompt is prefilled once:
+    # the other choices start once the first has its first token, from the blocks it
+    # left in the prefix cache (see engine/llm_engine.py).
+    n: int = 1
+    # Log-probabilities of the prompt's tokens (each given the ones before it) and of
+    # `prompt_logprobs` best alternatives, from the model's plain log-softmax. None: not
+    # computed. A request that asks prefills its whole prompt (no prefix-cache hits).
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         # The API validates these with messages for users; this guards the engine's
@@ -98,6 +107,11 @@ class SamplingParams:
             f"logprobs {self.logprobs} not in [0, {MAX_TOP_LOGPROBS}]"
         )
         assert all(math.isfinite(b) for _, b in self.logit_bias), "logit_bias not finite"
+        assert self.n >= 1, f"n {self.n} < 1"
+        assert self.seed is None or self.seed + self.n - 1 <= SEED_MAX, "seed out of range"
+        assert self.prompt_logprobs is None or 0 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS, (
+            f"prompt_logprobs {self.prompt_logprobs} not in [0, {MAX_TOP_LOGPROBS}]"
+        )
 
     @property
     def greedy(self) -> bool:
@@ -142,14 +156,18 @@ class SampledLogprobs:
 
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
-    """New output: `text` is safe to show (never half a UTF-8 character, never
-    part of a stop string); it may be empty while text is held back. `logprobs` is
-    one record per token id when the request asked for them, else empty."""
+    """New output of choice `index`: `text` is safe to show (never half a UTF-8
+    character, never part of a stop string); it may be empty while text is held back.
+    `logprobs` is one record per token id when the request asked for them, else empty.
+    `prompt_logprobs`, on the first event of choice 0 of a request that asked: one
+    record per prompt token after the first (which has nothing before it)."""
 
     text: str
     token_ids: tuple[int, ...]
     token_ts: float
     logprobs: tuple[SampledLogprobs, ...] = ()
+    index: int = 0
+    prompt_logprobs: tuple[SampledLogprobs, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +180,7 @@ class FinishEvent:
     error: str | None = None
     num_cached_prompt_tokens: int = 0  # found in the prefix cache
     num_prefill_chunks: int = 0  # steps the prompt was prefilled in
+    index: int = 0  # the choice it ends: a request of n choices ends with n of these
 
 
 EngineEvent = TokenEvent | FinishEvent

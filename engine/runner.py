@@ -3,6 +3,10 @@
 Owns the KV cache memory: one tensor (layers, 2, num_blocks * block_size,
 kv_heads, head_dim), allocated once; a block's slots are
 `block_id * block_size + [0, block_size)`.
+
+Logits are computed for the last row of each sampling sequence only, and, for a
+sequence that asks for its prompt's logprobs (SamplingParams.prompt_logprobs), for the
+rows of its prompt as they are prefilled: nobody else pays for them.
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vigil.engine.grammar import CompiledGrammar, GrammarMasks, GrammarMatcher
+from vigil.engine.grammar import CompiledGrammar, GrammarMatcher
+from vigil.engine.grammar_masks import GrammarMasks
 from vigil.engine.kernels import paged_attention_ext
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model.attention import AttentionMetadata, DecodeKernel, PrefillSpan
-from vigil.engine.request import RequestId, SampledLogprobs
+from vigil.engine.request import RequestId, SampledLogprobs, TokenLogprob
 from vigil.engine.sampler import GrammarRows, make_generator, sample
 from vigil.engine.scheduler import BlockCopy, ScheduledSeq, StepPlan
 from vigil.engine.sequence import Sequence
 from vigil.engine.threads import StepThreads, use_threads
+
+# Prompt positions whose logits are held at once when a prompt's logprobs are asked for:
+# 256 rows of the bundled model's 49,152-token vocabulary are 50 MB of float32.
+PROMPT_LOGITS_ROWS = 256
 
 
 @dataclass(slots=True)
@@ -62,6 +71,8 @@ class ModelRunner:
         )
         self._generators: dict[RequestId, torch.Generator] = {}
         self._matchers: dict[RequestId, GrammarMatcher] = {}
+        # Per sequence that asks: position p's record scores prompt token p + 1.
+        self._prompt_logprobs: dict[RequestId, list[SampledLogprobs]] = {}
         self._masks = GrammarMasks(cfg.vocab_size)
         self._eos_ids = sorted(lm.tokenizer.eos_token_ids)
         self._decode_kernel: DecodeKernel | None = None
@@ -79,6 +90,11 @@ class ModelRunner:
     def remove_request(self, request_id: RequestId) -> None:
         self._generators.pop(request_id, None)
         self._matchers.pop(request_id, None)
+        self._prompt_logprobs.pop(request_id, None)
+
+    def take_prompt_logprobs(self, request_id: RequestId) -> list[SampledLogprobs]:
+        """The prompt's logprobs, once its prefill is done (then they are forgotten)."""
+        return self._prompt_logprobs.pop(request_id, [])
 
     @torch.inference_mode()
     def copy_tokens(self, copies: Seq[BlockCopy]) -> None:
@@ -120,6 +136,9 @@ class ModelRunner:
             use_threads(self.threads.for_rows(len(ids)))
         t1 = time.perf_counter()
         hidden = self.lm.model(self._tensor(ids), self._tensor(positions), self.kv_caches, meta)
+        for span, item in zip(meta.prefills, prefills, strict=True):
+            if item.seq.request.params.prompt_logprobs is not None:
+                self._score_prompt(hidden, span.start, item)
         # Only the last row of each sampling sequence needs logits.
         sample_rows, sampling = [], []
         end = 0
@@ -154,6 +173,34 @@ class ModelRunner:
                     result.grammar_done.add(sampling[row].request_id)
         result.sample_s = time.perf_counter() - t2
         return result
+
+    def _score_prompt(self, hidden: torch.Tensor, row: int, item: ScheduledSeq) -> None:
+        """Logprobs of the prompt tokens this chunk predicts: hidden row `row` holds
+        position seq.num_computed_tokens, whose logits score the prompt's next token.
+        A preempted sequence recomputes its prompt; positions already scored are skipped."""
+        seq = item.seq
+        prompt = seq.request.prompt_ids
+        num_top = seq.request.params.prompt_logprobs
+        assert num_top is not None
+        scored = self._prompt_logprobs.setdefault(seq.request_id, [])
+        start = seq.num_computed_tokens
+        assert len(scored) >= start, "a prompt scored with a gap (a prefix-cache hit?)"
+        end = min(start + item.num_new_tokens, len(prompt) - 1)
+        for a in range(len(scored), end, PROMPT_LOGITS_ROWS):
+            b = min(a + PROMPT_LOGITS_ROWS, end)
+            rows = hidden[row + a - start : row + b - start]
+            lp = self.lm.model.compute_logits(rows).float().log_softmax(-1)  # (b - a, V)
+            targets = self._tensor(prompt[a + 1 : b + 1])
+            chosen = lp.gather(1, targets.unsqueeze(1)).squeeze(1).tolist()
+            tops: list[tuple[TokenLogprob, ...]] = [()] * (b - a)
+            if num_top > 0:
+                values, top_ids = lp.topk(num_top, dim=-1)
+                tops = [
+                    tuple(TokenLogprob(t, v) for v, t in zip(vs, ts, strict=True))
+                    for vs, ts in zip(values.tolist(), top_ids.tolist(), strict=True)
+                ]
+            for j in range(b - a):
+                scored.append(SampledLogprobs(prompt[a + 1 + j], chosen[j], tops[j]))
 
     def _grammar_rows(self, sampling: list[Sequence]) -> GrammarRows | None:
         if not self._matchers:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from vigil.engine.grammar import GrammarMasks, GrammarMatcher
+from vigil.engine.grammar import GrammarMatcher
+from vigil.engine.grammar_masks import GrammarMasks
 from vigil.engine.request import SampledLogprobs, SamplingParams, TokenLogprob
 
 

@@ -15,7 +15,11 @@ Prefix cache: on admission a sequence takes every cached block that matches the
 leading full blocks of its tokens and starts computing after them (always
 computing at least its last token, whose logits it needs). Where a cached block
 matches only the first tokens of its next block, the step copies those tokens' K/V
-into the sequence's own new block (BlockCopy) and computes only the rest.
+into the sequence's own new block (BlockCopy) and computes only the rest; a later
+choice of a request copies its prompt's last, partial block from its running choice 0
+the same way. A sequence
+that asks for its prompt's logprobs takes no cached blocks: it needs every position's
+logits.
 
 Sliding window: when every layer of the model lets a query see only the last
 `sliding_window` keys (Mistral v0.1, Phi-3), a block whose positions no later query
@@ -102,10 +106,15 @@ class Scheduler:
         self._arrivals = 0
         self._root = hash_block(None, (), config.cache_salt)
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Sequence, front: bool = False) -> None:
+        """Queue a sequence: at the back of its class, or at the front (a later choice of
+        a request already admitted)."""
         seq.arrival_index = self._arrivals
         self._arrivals += 1
-        self.waiting[seq.priority].append(seq)
+        if front:
+            self.waiting[seq.priority].appendleft(seq)
+        else:
+            self.waiting[seq.priority].append(seq)
 
     @property
     def num_waiting(self) -> int:
@@ -215,7 +224,7 @@ class Scheduler:
 
     def _cached_prefix(self, seq: Sequence) -> list[BlockId]:
         """Cached blocks matching seq's leading full blocks (no reference taken)."""
-        if not self.config.enable_prefix_caching:
+        if not self._may_hit(seq):
             return []
         self._hash_known_blocks(seq)
         return self.pool.lookup(seq.block_hashes)
@@ -232,12 +241,39 @@ class Scheduler:
     def _partial_hit(self, seq: Sequence, num_hits: int) -> tuple[BlockId, int] | None:
         """A cached block holding the first tokens of seq's block after its num_hits
         full hits, and how many (never seq's last token, whose logits it needs)."""
-        if not self.config.enable_prefix_caching:
+        if not self._may_hit(seq):
             return None
         start = num_hits * self.config.block_size
         token_ids = seq.tokens(start, min(start + self.config.block_size, seq.num_tokens - 1))
         found = self.pool.partial_hit(self._parent(seq, num_hits), token_ids)
+        forked = self._forked_hit(seq, num_hits, token_ids)
+        if forked is not None and (found is None or forked[1] > found[1]):
+            found = forked
         return found if found is not None and found[1] > 0 else None
+
+    def _forked_hit(
+        self, seq: Sequence, num_hits: int, token_ids: list[int]
+    ) -> tuple[BlockId, int] | None:
+        """Block num_hits of the choice seq was forked from, while it runs, and how many
+        of its computed tokens lead token_ids: a prompt's last block is never full, so
+        the prefix cache does not hold it."""
+        source, seq.fork_of = seq.fork_of, None  # only on the first admission
+        if source is None or source.status is not SeqStatus.RUNNING:
+            return None
+        if num_hits < source.num_dropped_blocks or num_hits >= len(source.block_ids):
+            return None
+        start = num_hits * self.config.block_size
+        computed = source.tokens(start, min(source.num_computed_tokens, start + len(token_ids)))
+        n = next(
+            (i for i, (a, b) in enumerate(zip(computed, token_ids, strict=False)) if a != b),
+            len(computed),
+        )
+        return source.block_ids[num_hits], n
+
+    def _may_hit(self, seq: Sequence) -> bool:
+        """Whether seq may take cached blocks: not when it asks for its prompt's logprobs,
+        which need the logits of every prompt position."""
+        return self.config.enable_prefix_caching and seq.request.params.prompt_logprobs is None
 
     def _expire(self, plan: StepPlan, now_ts: float) -> None:
         for queue in self.waiting.values():

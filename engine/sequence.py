@@ -33,6 +33,9 @@ class Sequence:
     # steps its prompt was prefilled in (more than one when chunked or preempted).
     num_cached_prompt_tokens: int = 0
     num_prefill_chunks: int = 0
+    # A later choice of a request: its choice 0, whose last prompt block (not full, so
+    # not in the prefix cache) it may copy on its first admission (scheduler.py).
+    fork_of: Sequence | None = None
 
     @property
     def request_id(self) -> RequestId:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import secrets
 from dataclasses import dataclass
@@ -12,114 +11,82 @@ import httpx
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vigil.engine.bundled import ModelKind
 from vigil.platform.alerts.connect import webhook_client
 from vigil.platform.alerts.delivery import WebhookDelivery
+from vigil.platform.alerts.links import public_base_url
 from vigil.platform.control.changes import ChangeFeed
 from vigil.platform.control.db import create_engine, session_factory
-from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.ownership import LoopOwnership
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import DeploymentSpec
 from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.gateway.auth import Authenticator, AuthMode
 from vigil.platform.gateway.embeddings import EmbeddingService
-from vigil.platform.gateway.fleet import FleetBook
+from vigil.platform.gateway.fleet import FleetBook, engine_snapshots
 from vigil.platform.gateway.lease import LoadBook
 from vigil.platform.gateway.link import HttpWorkerLink, WorkerLink
 from vigil.platform.gateway.pipeline import GenerationService
 from vigil.platform.gateway.rate_limits import KeyRateLimits
 from vigil.platform.gateway.router import Router
-from vigil.platform.gateway.serving import LONG_POOL_SUFFIX, ServingView
+from vigil.platform.gateway.serving import ServingView
+from vigil.platform.gateway.serving_sync import ServingSync
 from vigil.platform.gateway.shadow import ShadowMirror
 from vigil.platform.gateway.shared_counts import SharedCounts
 from vigil.platform.gateway.throttle import SignInThrottle
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
+from vigil.platform.loops import BackgroundLoops
 from vigil.platform.planning.measured import recovery
 from vigil.platform.settings import ServeSettings
 from vigil.platform.slo.actions import ActionBoard, Recovery
 from vigil.platform.slo.loop import SLOLoop
 from vigil.platform.slo.metrics import AlertsCollector, SLOCollector
 from vigil.platform.slo.tracker import SLOTracker
-from vigil.platform.telemetry.deployments import DeploymentSeries, EngineGauges
-from vigil.platform.telemetry.live import Gauges, LiveSeries
+from vigil.platform.telemetry.deployments import DeploymentSeries
+from vigil.platform.telemetry.live import LiveSeries
 from vigil.platform.telemetry.metrics import (
-    EngineSnapshot,
     EngineStatsCollector,
     Metrics,
     RedisCollector,
     WorkerCollector,
 )
 from vigil.platform.telemetry.recorder import RequestRecorder
+from vigil.platform.telemetry.sampling import LiveSampler
 from vigil.platform.telemetry.tracing import Tracing, build_tracing
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class Services:
+    """A container of parts, each holding its own rules: the serving view's sync with
+    the control plane (gateway/serving_sync.py), the fleet's book (gateway/fleet.py),
+    the background loops (loops.py) and telemetry's sampler (telemetry/sampling.py)."""
+
     settings: ServeSettings
-    registry: CollectorRegistry
+    # Serving: the workers, what they run, and each request's way through.
     workers: WorkerRegistry
     fleet: FleetBook  # what the workers report, kept in the control plane
-    live: LiveSeries
     view: ServingView
+    serving: ServingSync  # the view kept to what the control plane says
     tokenizers: TokenizerCache
     loads: LoadBook
     generation: GenerationService
     embedding: EmbeddingService
-    db: AsyncEngine
     auth: Authenticator
-    http: httpx.AsyncClient
     worker_token: str
+    http: httpx.AsyncClient  # to the workers
+    # The control plane, and who may use the console.
+    db: AsyncEngine
     plane: ControlPlane
     sign_ins: SignInThrottle
-    slos: SLOTracker
-    actions: ActionBoard
-    slo_loop: SLOLoop
-    delivery: WebhookDelivery
-    changes: ChangeFeed  # other gateways' admin writes, heard (PostgreSQL)
-    loops: LoopOwnership  # whether this gateway runs the SLO loop and webhook delivery
     console_secret: str  # signs the console's CSRF tokens
+    # Telemetry and the SLOs.
+    registry: CollectorRegistry
+    live: LiveSeries
     series: DeploymentSeries  # the console's live charts, per deployment
+    slos: SLOTracker
     tracing: Tracing | None  # None: tracing off
+    loops: BackgroundLoops
     draining: bool = False  # SIGTERM: /readyz fails while running requests finish
-
-    async def load_serving_view(self) -> None:
-        """Seed the bundled models, apply the deployments file, then serve what the
-        database says (the file is declarations applied at start; the database rules)."""
-        settings = self.settings
-        await self.plane.seed_bundled(list(settings.models))
-        if settings.config_path is not None:
-            bundled = set(settings.models)
-            await self.plane.apply_config(load_deployments(settings.config_path, bundled))
-        await self.reload_serving_view()
-
-    async def on_control_change(self) -> None:
-        """After a write through this gateway's control plane: keys looked up again,
-        the serving view read again."""
-        self.auth.forget_keys()
-        await self.reload_serving_view()
-
-    async def on_loop_owner(self, owner: bool) -> None:
-        """This gateway took the SLO loop and webhook delivery over (it picks up the
-        alerts firing, so none is sent again), or handed them on (what it had switched
-        on is switched off here; the new owner decides afresh)."""
-        if owner:
-            await self.slo_loop.start()
-            self.plane.outbox_written.set()
-        else:
-            self.slo_loop.stand_down()
-
-    async def reload_serving_view(self) -> None:
-        specs = await self.plane.serving_view()
-        self.view.set_deployments(specs)
-        self.slos.set_targets({spec.name: spec.slo for spec in specs})
-        self.generation.offered.forget({spec.name for spec in specs})
-        for version in self.view.versions_in_use():
-            if version.kind is ModelKind.GENERATE:
-                self.tokenizers.get(version)  # start loading early
 
 
 def build_services(
@@ -158,6 +125,7 @@ def build_services(
         session_factory(db),
         model_dirs=settings.resolved_model_dirs,
         webhook_policy=webhook_policy,
+        max_queue_wait_s=settings.max_queue_wait_s,
     )
     generation = GenerationService(
         view,
@@ -186,47 +154,62 @@ def build_services(
     if counts.redis is not None:
         registry.register(RedisCollector(lambda: (counts.redis_up, counts.num_redis_errors)))
     sign_ins = SignInThrottle(counts)
-    loops = LoopOwnership(settings.resolved_database_url)
+    ownership = LoopOwnership(settings.resolved_database_url)
     Gauge(
         "vigil_loop_owner",
         "1 while this gateway runs the SLO loop and webhook delivery (one gateway does)",
         registry=registry,
-    ).set_function(lambda: float(loops.is_owner))
+    ).set_function(lambda: float(ownership.is_owner))
+    auth = Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(counts))
+    serving = ServingSync(plane, view, tokenizers, slos, generation.offered, auth)
+    delivery = WebhookDelivery(
+        plane.outbox,
+        webhook_client(webhook_policy),
+        settings.webhook_max_age_s,
+        wake=plane.outbox_written,
+        attempt_timeout_s=settings.webhook_timeout_s,
+        base_url=public_base_url(settings.external_url, settings.host, settings.port),
+    )
+    sampler = LiveSampler(
+        lambda: engine_snapshots(workers),
+        lambda: view.deployments.values(),
+        actions.get,
+        live,
+        series,
+    )
+    loops = BackgroundLoops(sampler, serving, plane, ownership, slo_loop, delivery, ChangeFeed(db))
     return Services(
         settings=settings,
-        registry=registry,
         workers=workers,
         fleet=FleetBook(workers, view, tokenizers, plane),
-        live=live,
         view=view,
+        serving=serving,
         tokenizers=tokenizers,
         loads=loads,
         generation=generation,
         embedding=EmbeddingService(
-            view, link, generation.placer, recorder, settings.max_prompt_chars
+            view,
+            tokenizers,
+            link,
+            generation.placer,
+            recorder,
+            settings.max_prompt_chars,
+            actions,
         ),
-        db=db,
-        auth=Authenticator(plane.keys, AuthMode(settings.auth), KeyRateLimits(counts)),
-        http=http,
+        auth=auth,
         worker_token=worker_token,
+        http=http,
+        db=db,
         plane=plane,
         sign_ins=sign_ins,
-        slos=slos,
-        tracing=build_tracing(settings.tracing, "vigil-gateway", metrics),
-        actions=actions,
-        slo_loop=slo_loop,
-        delivery=WebhookDelivery(
-            plane.outbox,
-            webhook_client(webhook_policy),
-            settings.webhook_max_age_s,
-            wake=plane.outbox_written,
-            attempt_timeout_s=settings.webhook_timeout_s,
-        ),
-        changes=ChangeFeed(db),
-        loops=loops,
         console_secret=settings.console_secret
         or read_or_make_secret(settings.data_dir / "console-secret"),
+        registry=registry,
+        live=live,
         series=series,
+        slos=slos,
+        tracing=build_tracing(settings.tracing, "vigil-gateway", metrics),
+        loops=loops,
     )
 
 
@@ -240,40 +223,3 @@ def read_or_make_secret(path: Path) -> str:
     secret = secrets.token_urlsafe(32)
     path.write_text(secret + "\n")
     return secret
-
-
-def engine_snapshots(workers: WorkerRegistry) -> list[EngineSnapshot]:
-    return [EngineSnapshot(key, replica, stats) for key, replica, stats in workers.engine_stats()]
-
-
-def sample_deployments(services: Services) -> None:
-    """A point on each deployment's live charts: its engines' gauges (every worker's
-    engines of its versions, long-prompt pools included), its SLO target, and what the
-    SLO loop has switched on."""
-    specs = list(services.view.deployments.values())
-    snaps = engine_snapshots(services.workers)
-    for spec in specs:
-        keys = {v.key for v in spec.versions}
-        mine = [s.stats for s in snaps if s.engine.removesuffix(LONG_POOL_SUFFIX) in keys]
-        gauges = EngineGauges(
-            num_waiting_interactive=sum(s.num_waiting_interactive for s in mine),
-            num_waiting_batch=sum(s.num_waiting_batch for s in mine),
-            num_running=sum(s.num_running for s in mine),
-            kv_cache_usage=max((s.kv_cache_usage for s in mine), default=0.0),
-        )
-        actions = services.actions.get(spec.name)
-        canary = spec.canary.key if spec.canary is not None else None
-        services.series.keep_versions(spec.name, keys)
-        services.series.sample(
-            spec.name, gauges, spec.slo.ttft_p99_s, canary, actions.shed_batch, actions.fallback
-        )
-    services.series.forget({spec.name for spec in specs})
-
-
-def live_gauges(workers: WorkerRegistry) -> Gauges:
-    snaps = engine_snapshots(workers)
-    return Gauges(
-        num_waiting=sum(s.stats.num_waiting for s in snaps),
-        num_running=sum(s.stats.num_running for s in snaps),
-        kv_cache_usage=max((s.stats.kv_cache_usage for s in snaps), default=0.0),
-    )

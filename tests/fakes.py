@@ -5,7 +5,9 @@
   (scheduler, KV cache, sampler) in milliseconds a step.
 - `ScriptedEngine`: the engine's `generate` contract with the clock in the test's hands:
   a request waits in its queue until the test lets it start (or its deadline passes),
-  then streams a fixed number of tokens.
+  then streams a fixed number of tokens for each of its choices.
+- `minilm_tokenizer`: the bundled embedding model's tokenizer, which the gateway
+  tokenizes embeddings with (the generation tokenizer is the test's to pass).
 - `FakeWorkers`: the gateway's WorkerLink, in process. Each fake worker registers and
   heart-beats into the gateway's WorkerRegistry as a worker process does, and runs
   either kind of engine, with the worker's own copy of each request's clock; a worker
@@ -18,6 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -29,9 +34,10 @@ import uvicorn
 from litestar.testing import AsyncTestClient
 
 from vigil.engine.async_engine import AsyncLLMEngine
-from vigil.engine.limits import RequestRejected, check_embedding_inputs
+from vigil.engine.bundled import MINILM, ModelKind, bundled_source
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
 from vigil.engine.loaders.assembly import assemble_decoder
+from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model.config import DecoderConfig
 from vigil.engine.precision import Precision
@@ -49,7 +55,6 @@ from vigil.engine.stats import EngineStats
 from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.app import create_app
 from vigil.platform.control.migrate import migrate
-from vigil.platform.errors import InvalidRequest
 from vigil.platform.forecast.costs import StepCosts
 from vigil.platform.gateway.link import WorkerUnreachable
 from vigil.platform.gateway.tokenizers import TokenizerCache
@@ -63,7 +68,7 @@ from vigil.platform.wire.worker import (
     RegisterRequest,
     SlotLimits,
     SlotReport,
-    stats_wire,
+    StatsWire,
 )
 
 HEARTBEAT_INTERVAL_S = 0.5
@@ -108,6 +113,22 @@ def tiny_language_model(tokenizer: Tokenizer, seed: int = 0) -> LanguageModel:
     model = assemble_decoder(cfg, weights.items(), precision, torch.float32, torch.device("cpu"))
     cpu = torch.device("cpu")
     return LanguageModel("tiny", cfg, model, tokenizer, cpu, torch.float32, precision)
+
+
+_MINILM_READ = threading.Lock()
+
+
+def minilm_tokenizer() -> Tokenizer:
+    """The bundled MiniLM's tokenizer alone (no weights), read once a session: what the
+    gateway tokenizes every embedding version's input with in these tests. Locked: the
+    gateway loads each version's tokenizer in a thread of its own."""
+    with _MINILM_READ:
+        return _minilm_tokenizer()
+
+
+@functools.cache
+def _minilm_tokenizer() -> Tokenizer:
+    return read_embedding_tokenizer(bundled_source(MINILM).path)
 
 
 def tiny_engine(lm: LanguageModel, max_num_seqs: int = 8, num_blocks: int = 256) -> AsyncLLMEngine:
@@ -168,15 +189,19 @@ class ScriptedEngine:
             del self.waiting[rid]
             clock.scheduled_ts = time.monotonic()
             self.num_running += 1
+            choices = range(request.params.n)
             for i in range(self.num_tokens):
                 if i and self.token_gap_s:
                     await asyncio.sleep(self.token_gap_s)
-                yield TokenEvent(self.text, (i + 10,), time.monotonic())
+                for c in choices:
+                    yield TokenEvent(self.text, (i + 10,), time.monotonic(), index=c)
             clock.finished_ts = time.monotonic()
             finished = True
-            yield FinishEvent(
-                FinishReason.LENGTH, "", len(request.prompt_ids), self.num_tokens, clock
-            )
+            num_prompt = len(request.prompt_ids)
+            for c in choices:
+                yield FinishEvent(
+                    FinishReason.LENGTH, "", num_prompt, self.num_tokens, clock, index=c
+                )
         finally:
             self.waiting.pop(rid, None)
             if clock.scheduled_ts is not None:
@@ -190,18 +215,13 @@ class ScriptedEngine:
 
 @dataclass
 class FakeEmbedder:
-    """Vectors of the texts' lengths; a text over `max_tokens` words is refused as the
-    worker refuses one, naming it by its index."""
+    """Vectors of the rows' lengths in tokens, as the worker gets them: token ids."""
 
-    max_tokens: int = 8
+    arrived: list[list[list[int]]] = field(default_factory=list)  # each call's rows
 
-    async def embed(self, texts: list[str]) -> EmbedResult:
-        counts = [len(t.split()) for t in texts]
-        try:
-            check_embedding_inputs(counts, self.max_tokens)
-        except RequestRejected as exc:
-            raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
-        return EmbedResult([[float(len(t)), 1.0] for t in texts], sum(counts))
+    async def embed(self, token_ids: list[list[int]]) -> EmbedResult:
+        self.arrived.append(token_ids)
+        return EmbedResult([[float(len(row)), 1.0] for row in token_ids])
 
 
 @dataclass
@@ -219,7 +239,7 @@ class FakeWorker:
             if key in self.failed:
                 slots.append(SlotReport(key, "failed", 0.0, self.failed[key]))
                 continue
-            stats = stats_wire(engine.stats()) if not isinstance(engine, FakeEmbedder) else None
+            stats = StatsWire.of(engine.stats()) if not isinstance(engine, FakeEmbedder) else None
             limits = None if isinstance(engine, FakeEmbedder) else self.limits
             costs = None if self.costs is None or limits is None else CostsWire.of(self.costs)
             report = SlotReport(key, "ready", 1.0, None, limits, stats, costs)
@@ -300,32 +320,26 @@ class FakeWorkers:
         self, engine: Engine, own: GenerationRequest, request: GenerationRequest
     ) -> AsyncGenerator[EngineEvent, None]:
         events = engine.generate(own)
+        unfinished = request.params.n
         try:
             async for event in events:
                 if isinstance(event, TokenEvent):
-                    yield TokenEvent(event.text, event.token_ids, time.monotonic())
+                    yield dataclasses.replace(event, token_ts=time.monotonic())
                     continue
                 clock = request.clock
                 if event.clock.queue_time_s is not None:
                     clock.scheduled_ts = clock.arrival_ts + event.clock.queue_time_s
-                yield FinishEvent(
-                    event.reason,
-                    event.text,
-                    event.num_prompt_tokens,
-                    event.num_output_tokens,
-                    clock,
-                    event.error,
-                    event.num_cached_prompt_tokens,
-                    event.num_prefill_chunks,
-                )
-                return
+                yield dataclasses.replace(event, clock=clock)
+                unfinished -= 1
+                if not unfinished:
+                    return
         finally:
             await events.aclose()  # type: ignore[attr-defined]
 
-    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult:
+    async def embed(self, replica: Replica, slot: str, token_ids: list[list[int]]) -> EmbedResult:
         engine = self._reach(replica).engines[slot]
         assert isinstance(engine, FakeEmbedder)
-        return await engine.embed(texts)
+        return await engine.embed(token_ids)
 
 
 @dataclass
@@ -407,7 +421,12 @@ async def _gateway_services(
     serve = ServeSettings(data_dir=data_dir, config_path=config_path, **settings)
     await asyncio.to_thread(migrate, serve.resolved_database_url)
     services = build_services(
-        serve, "worker-token", link=workers, tokenizers=TokenizerCache(lambda _: tokenizer)
+        serve,
+        "worker-token",
+        link=workers,
+        tokenizers=TokenizerCache(
+            lambda v: minilm_tokenizer() if v.kind is ModelKind.EMBED else tokenizer
+        ),
     )
     workers.attach(services.workers)
     beating = asyncio.create_task(_beat(workers, services))

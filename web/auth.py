@@ -23,7 +23,7 @@ from litestar.di import NamedDependency
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
-from vigil.platform.api.admin.auth import UNSAFE_METHODS, refuse_cross_site
+from vigil.platform.connection import UNSAFE_METHODS, refuse_cross_site
 from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.errors import NotFound, PermissionDenied, Unauthorized

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -20,8 +19,10 @@ from tokenizers import Tokenizer as HFTokenizer
 from torch import nn
 
 from vigil.engine.bundled import ModelSource
+from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.loaders import hf
 from vigil.engine.loaders.assembly import assemble_decoder
+from vigil.engine.loaders.embedder_tokenizer import read_backend, read_window
 from vigil.engine.loaders.sentence_transformers import read_pipeline
 from vigil.engine.model.bert import BertModel
 from vigil.engine.model.config import (
@@ -51,9 +52,6 @@ class EmbeddingModel:
     device: torch.device
     dtype: torch.dtype
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
-
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text, or ValueError for input the model cannot embed."""
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -77,6 +75,21 @@ class EmbeddingModel:
 
     def embed(self, texts: list[str]) -> torch.Tensor:
         return self.embed_token_ids(self.tokenize(texts))  # (N, dim)
+
+    def check_token_ids(self, batch: Sequence[Sequence[int]]) -> None:
+        """RequestRejected (a ValueError) for rows of ids this model cannot embed. The
+        gateway tokenizes with this model's own tokenizer and window, so only ids made
+        from other files (a model folder changed under one of them) fail here."""
+        if not batch:
+            raise RequestRejected("input must hold at least one text", "input")
+        check_embedding_inputs([len(row) for row in batch], self.max_seq_len)
+        vocab = self.config.vocab_size
+        for i, row in enumerate(batch):
+            if not row or not all(0 <= t < vocab for t in row):
+                raise RequestRejected(
+                    f"input[{i}] is not token ids of this model (0 to {vocab - 1}, one at least)",
+                    f"input[{i}]",
+                )
 
     def embed_token_ids(self, batch: Sequence[Sequence[int]]) -> torch.Tensor:
         """One padded forward pass over already-checked token ids -> (N, dim) float32 on CPU."""
@@ -116,7 +129,6 @@ def load_embedding_model(
         config = BertConfig.from_hf(raw)
         weights = hf.read_safetensors(folder, dtype)
         encoder = build_bert(config, weights, device, prefix=f"{model_type.replace('-', '_')}.")
-        limit = config.max_tokens
     else:
         config = family(model_type).config_from_hf(raw)
         precision = Precision("none", str(dtype).removeprefix("torch."), "an embedder's")
@@ -128,19 +140,16 @@ def load_embedding_model(
         except ValueError as e:
             raise ValueError(f"{folder}: {e}") from e
         encoder = DecoderEncoder(decoder).to(device)
-        limit = config.max_position
     return EmbeddingModel(
         name=source.name,
         config=config,
         model=encoder,
-        tokenizer=_read_tokenizer(folder),
+        tokenizer=read_backend(folder),
         pooling=pipeline.pooling,
         normalize=pipeline.normalize,
         pad_token_id=int(raw.get("pad_token_id") or 0),
         dim=config.hidden_size,
-        # sentence-transformers' limit is usually below the position table's (256 of
-        # 512 for MiniLM): the model was trained at that length.
-        max_seq_len=min(pipeline.max_seq_len or limit, limit),
+        max_seq_len=read_window(folder, raw),
         device=device,
         dtype=dtype,
     )
@@ -179,17 +188,3 @@ def build_bert(
             f"unexpected {sorted(result.unexpected_keys)[:5]}"
         )
     return model.to(device).eval()
-
-
-def _read_tokenizer(folder: Path) -> HFTokenizer:
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no tokenizer.json")
-    tokenizer = HFTokenizer.from_file(str(path))
-    # tokenizer.json may carry truncation and fixed-length padding (MiniLM's cuts
-    # and pads to 128): off, so counts are true and over-long texts are rejected
-    # rather than silently cut. Padding is done by hand in embed_token_ids,
-    # which keeps this shared tokenizer free of per-call state.
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer

@@ -5,8 +5,9 @@ module's `config.json` names the pooling, in either of the library's spellings: 
 `pooling_mode_*` flag set true (up to 5.x) or `pooling_mode` (6.x). The longest text
 the model was trained at is `max_seq_length` in `sentence_bert_config.json` (up to 5.x)
 or `model_max_length` in `tokenizer_config.json` (6.x); without either, the model's
-position table decides. Any other module (Dense, a router, a projection) or pooling
-(max, weighted mean) is refused at load rather than served wrong.
+position table decides (embedder_tokenizer.read_window). Any other module (Dense, a
+router, a projection) or pooling (max, weighted mean) is refused at load rather than
+served wrong.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ _UNSET = 10**9  # transformers writes ~1e30 for "no limit"
 class SentencePipeline:
     pooling: Pooling
     normalize: bool
-    max_seq_len: int | None  # None: the folder sets none
 
 
 def read_pipeline(folder: Path, hidden_size: int) -> SentencePipeline:
@@ -49,7 +49,7 @@ def read_pipeline(folder: Path, hidden_size: int) -> SentencePipeline:
     dim = config.get("embedding_dimension", config.get("word_embedding_dimension", hidden_size))
     if dim != hidden_size:
         raise ValueError(f"{folder}: pooling dimension {dim} != hidden_size {hidden_size}")
-    return SentencePipeline(_pooling(folder, config), "Normalize" in kinds, _max_seq_len(folder))
+    return SentencePipeline(_pooling(folder, config), "Normalize" in kinds)
 
 
 def _pooling(folder: Path, config: dict[str, Any]) -> Pooling:
@@ -68,7 +68,8 @@ def _pooling(folder: Path, config: dict[str, Any]) -> Pooling:
     return _FLAGS[enabled[0]]
 
 
-def _max_seq_len(folder: Path) -> int | None:
+def read_max_seq_len(folder: Path) -> int | None:
+    """The longest text the folder declares, in tokens; None: it declares none."""
     for name, key in (
         ("sentence_bert_config.json", "max_seq_length"),
         ("tokenizer_config.json", "model_max_length"),

@@ -227,6 +227,7 @@ def bench_prefix(lm: LanguageModel, n: int = 4) -> None:
 
 def bench_embed(model: EmbeddingModel, clients: int = 32, per_client: int = 8) -> None:
     sentences = [f"Sentence number {i} is about the weather in town {i % 7}." for i in range(64)]
+    rows = model.tokenize(sentences)  # as the gateway sends them: token ids
 
     def closed_loop(config: BatcherConfig) -> tuple[float, list[float]]:
         waits: list[float] = []
@@ -240,7 +241,7 @@ def bench_embed(model: EmbeddingModel, clients: int = 32, per_client: int = 8) -
 
             async def client(k: int) -> None:
                 for j in range(per_client):
-                    await embedder.embed([sentences[(k * per_client + j) % len(sentences)]])
+                    await embedder.embed_ids([rows[(k * per_client + j) % len(rows)]])
 
             t0 = time.monotonic()
             await asyncio.gather(*(client(k) for k in range(clients)))

@@ -140,7 +140,7 @@ def bench_llguidance(tok: Tokenizer, rounds: int) -> list[list[str]]:
 
 
 def llguidance_mask_cost(tok: Tokenizer, batch: int) -> list[float]:
-    from vigil.engine.grammar import GrammarMasks
+    from vigil.engine.grammar_masks import GrammarMasks
 
     compiler = GrammarCompiler(tok, tok.vocab_size)
     grammar = compiler.compile(Constraint.json_schema(SCHEMAS["nested+arrays"]))

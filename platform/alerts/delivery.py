@@ -35,10 +35,10 @@ import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 
+from vigil.platform.alerts.links import with_absolute_links
 from vigil.platform.alerts.signing import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -66,8 +66,10 @@ def backoff_s(num_attempts: int, rng: random.Random) -> float:
     return rng.uniform(0.0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0**num_attempts))
 
 
-def render(message: DueMessage) -> bytes:
-    alert: dict[str, Any] = message.payload
+def render(message: DueMessage, base_url: str = "") -> bytes:
+    """The message's body in its webhook's format, its links joined to `base_url` (the
+    gateway's public URL: links.public_base_url; "" leaves them paths)."""
+    alert = with_absolute_links(message.payload, base_url)
     if message.format == "alertmanager_api":
         posted = {k: alert[k] for k in ("labels", "annotations", "startsAt", "generatorURL")}
         if alert["status"] == "firing":
@@ -87,7 +89,7 @@ def render(message: DueMessage) -> bytes:
         "groupLabels": {"alertname": labels.get("alertname", "")},
         "commonLabels": labels,
         "commonAnnotations": alert["annotations"],
-        "externalURL": "",
+        "externalURL": base_url,
         "alerts": [alert],
     }
     return json.dumps(body).encode()
@@ -105,11 +107,14 @@ class WebhookDelivery:
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         max_receivers: int = MAX_RECEIVERS_IN_FLIGHT,
         poll_interval_s: float = POLL_INTERVAL_S,
+        base_url: str = "",
     ) -> None:
         """`client`: connect.webhook_client's, which keeps to the address policy.
         `wake`: set when a message is written, so it goes out at once; the poll catches
-        the rest (retries that come due, messages another gateway wrote)."""
+        the rest (retries that come due, messages another gateway wrote).
+        `base_url`: what alert links are joined to (links.public_base_url)."""
         self.outbox = outbox
+        self.base_url = base_url
         self.client = client
         self.max_age_s = max_age_s
         self.attempt_timeout_s = attempt_timeout_s
@@ -183,7 +188,7 @@ class WebhookDelivery:
             await self._send(message)
 
     async def _send(self, message: DueMessage) -> None:
-        body = render(message)
+        body = render(message, self.base_url)
         headers = {
             "Content-Type": "application/json",
             DELIVERY_HEADER: message.delivery_id,

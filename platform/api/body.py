@@ -23,6 +23,7 @@ from litestar import Request
 from litestar.types import Empty
 
 from vigil.platform.errors import InvalidRequest
+from vigil.platform.wire.choices import choices_at, path_segments, with_choices
 
 T = TypeVar("T")
 
@@ -37,7 +38,7 @@ def decode_body(body: bytes, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(body, type=type_, strict=True)
     except msgspec.ValidationError as exc:
-        raise _invalid_value(str(exc)) from None
+        raise _invalid_value(str(exc), type_) from None
     except (msgspec.DecodeError, RecursionError):
         raise _invalid_json(body) from None
 
@@ -62,13 +63,15 @@ class BodyRequest(Request[Any, Any, Any]):
         return self._json
 
 
-def _invalid_value(detail: str) -> InvalidRequest:
-    """From msgspec's 'Expected `int`, got `str` - at `$.max_tokens`'."""
+def _invalid_value(detail: str, type_: Any) -> InvalidRequest:
+    """From msgspec's 'Expected `int`, got `str` - at `$.max_tokens`'; an enum's valid
+    values are listed."""
     param = None
     at = _PATH.search(detail)
     if at is not None:
         detail = detail[: at.start()]
         param = at.group(1) or None
+        detail = with_choices(detail, choices_at(type_, path_segments(param or "")))
     elif (named := _FIELD.search(detail)) is not None:
         param = named.group(1)  # a missing or unknown top-level field
     where = f" for '{param}'" if param else ""

@@ -42,6 +42,12 @@ def _describe(context: RequestContext, params: GenerationParams, principal: Prin
                 "gen_ai.request.model": params.model,
                 "gen_ai.request.max_tokens": params.max_tokens,
                 "gen_ai.request.temperature": params.temperature,
+                "gen_ai.request.seed": params.seed,
+                "gen_ai.request.choice.count": params.n if params.n != 1 else None,
+                "gen_ai.output.type": "json" if params.response_format is not None else None,
+                "vigil.tools": len(params.tools) if params.offers_tools else None,
+                "vigil.tool_choice": params.tool_choice.mode.value if params.offers_tools else None,
+                "vigil.logprobs": params.logprobs,
                 "vigil.priority": priority.label,
                 "vigil.request_id": params.request_id,
             }
@@ -49,7 +55,12 @@ def _describe(context: RequestContext, params: GenerationParams, principal: Prin
 
 
 def _routed(context: RequestContext, routed: Routed) -> None:
-    """Where it went: each admission decision (two after a fallback), then where it runs."""
+    """Where it went: its grammar's compile, each admission decision (two after a
+    fallback), then where it runs."""
+    grammar = routed.grammar
+    if grammar is not None and context.trace is not None:
+        kind = grammar.kind.value
+        context.trace.grammar(kind, grammar.cached, grammar.start_ts, grammar.end_ts)
     for decided in routed.decisions:
         admission = decided.admission
         verdict, reason = admission.verdict.value, admission.reason.value

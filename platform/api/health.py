@@ -16,7 +16,9 @@ from vigil.platform.gateway.readiness import (
     version_progress,
     version_states,
 )
-from vigil.platform.services import Services
+from vigil.platform.gateway.serving import ServingView
+from vigil.platform.gateway.shared_counts import SharedCounts
+from vigil.platform.gateway.tokenizers import TokenizerCache
 
 
 class Liveness(Struct):
@@ -52,22 +54,26 @@ async def healthz() -> Liveness:
         )
     },
 )
-async def readyz(services: NamedDependency[Services]) -> Response[Readiness]:
+async def readyz(
+    view: NamedDependency[ServingView],
+    tokenizers: NamedDependency[TokenizerCache],
+    counts: NamedDependency[SharedCounts],
+    draining: NamedDependency[bool],
+) -> Response[Readiness]:
     """Ready while every deployment can serve; versions rolling out (a canary, a new
     stable) are listed with their state and load progress without changing that. Why a
     version failed (it may name files on the host) is for operators: the admin API's
     version records hold it. Redis away leaves it ready ('degraded'): taking every
     gateway out of service for it would turn a lost cache of counts into an outage."""
-    view, tokenizers = services.view, services.tokenizers
     states = version_states(view, tokenizers)
     progress = {key: round(p, 3) for key, p in version_progress(view, states).items()}
     ready = serving_ready(view, states)
     versions = {key: state.value for key, state in states.items()}
-    redis_up = await services.sign_ins.counts.probe()
+    redis_up = await counts.probe()
     status: Status = "ready" if ready else "loading"
     if ready and redis_up is False:
         status = "degraded"
-    if services.draining:  # stopping: send new requests elsewhere
+    if draining:  # stopping: send new requests elsewhere
         status, ready = "draining", False
     redis: Literal["up", "unreachable"] | None = None
     if redis_up is not None:

@@ -10,7 +10,9 @@ from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath, JSONBody
 
-from vigil.platform.services import Services
+from vigil.platform.gateway.fleet import FleetBook
+from vigil.platform.gateway.serving import ServingView
+from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.platform.wire.worker import (
     Assignment,
     Heartbeat,
@@ -20,9 +22,9 @@ from vigil.platform.wire.worker import (
 
 
 async def _worker_token(
-    request: Request[Any, Any, Any], services: NamedDependency[Services]
+    request: Request[Any, Any, Any], worker_token: NamedDependency[str]
 ) -> None:
-    require_worker_token(request.headers.get("authorization"), services.worker_token)
+    require_worker_token(request.headers.get("authorization"), worker_token)
 
 
 class WorkerController(Controller):
@@ -34,24 +36,28 @@ class WorkerController(Controller):
     async def register(
         self,
         data: JSONBody[RegisterRequest],
-        services: NamedDependency[Services],
+        workers: NamedDependency[WorkerRegistry],
+        fleet: NamedDependency[FleetBook],
+        view: NamedDependency[ServingView],
         _auth: NamedDependency[None],
     ) -> Assignment:
-        services.workers.register(data)
-        await services.fleet.record_replica(data.worker_id, registering=True)
-        await services.fleet.on_workers_changed()
-        return Assignment(services.view.desired_slots())
+        workers.register(data)
+        await fleet.record_replica(data.worker_id, registering=True)
+        await fleet.on_workers_changed()
+        return Assignment(view.desired_slots())
 
     @post("/{worker_id:str}/heartbeat", status_code=200)
     async def heartbeat(
         self,
         worker_id: FromPath[str],
         data: JSONBody[Heartbeat],
-        services: NamedDependency[Services],
+        workers: NamedDependency[WorkerRegistry],
+        fleet: NamedDependency[FleetBook],
+        view: NamedDependency[ServingView],
         _auth: NamedDependency[None],
     ) -> Assignment:
-        if not services.workers.heartbeat(worker_id, data):
+        if not workers.heartbeat(worker_id, data):
             raise NotFoundException(f"unknown worker {worker_id}: register again")
-        await services.fleet.record_replica(worker_id)
-        await services.fleet.on_workers_changed()
-        return Assignment(services.view.desired_slots())
+        await fleet.record_replica(worker_id)
+        await fleet.on_workers_changed()
+        return Assignment(view.desired_slots())

@@ -12,28 +12,29 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 from litestar.response import Stream
 
+from vigil.platform.api.answers import chat_completion, completion, echo_text
 from vigil.platform.api.body import decode_body
 from vigil.platform.api.generations import start_generation
-from vigil.platform.api.openai_schemas import (
+from vigil.platform.api.openai_responses import (
     ChatCompletion,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     Completion,
     CompletionChunk,
-    CompletionRequest,
     Embedding,
     EmbeddingList,
-    EmbeddingRequest,
     EmbeddingUsage,
     ModelCard,
     ModelList,
 )
+from vigil.platform.api.openai_schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+)
 from vigil.platform.api.openapi_docs import OperationDocs, documented
 from vigil.platform.api.streaming import (
     chat_chunks,
-    chat_completion,
     collect_while_connected,
-    completion,
     completion_chunks,
     response_headers,
 )
@@ -96,7 +97,8 @@ class OpenAIController(Controller):
         settings: NamedDependency[ServeSettings],
     ) -> Response[ChatCompletion] | Response[None] | Stream:
         data = decode_body(await request.body(), ChatCompletionRequest)
-        started = await start_generation(generation, data.params(), principal, time.monotonic())
+        params = data.params(settings.max_choices)
+        started = await start_generation(generation, params, principal, time.monotonic())
         headers = response_headers(started)
         if data.stream:
             chunks = chat_chunks(started, data.include_usage, settings.sse_keepalive_s)
@@ -104,7 +106,7 @@ class OpenAIController(Controller):
         answer = await collect_while_connected(started, request)
         if answer is None:
             return Response(None, status_code=CLIENT_CLOSED_REQUEST)
-        return Response(chat_completion(started, *answer), headers=headers)
+        return Response(chat_completion(started, answer), headers=headers)
 
     @post(
         "/completions",
@@ -120,15 +122,18 @@ class OpenAIController(Controller):
         settings: NamedDependency[ServeSettings],
     ) -> Response[Completion] | Response[None] | Stream:
         data = decode_body(await request.body(), CompletionRequest)
-        started = await start_generation(generation, data.params(), principal, time.monotonic())
+        params = data.params(settings.max_choices)
+        started = await start_generation(generation, params, principal, time.monotonic())
         headers = response_headers(started)
+        echo = echo_text(started, data.prompt) if data.echo else None
         if data.stream:
-            chunks = completion_chunks(started, data.include_usage, settings.sse_keepalive_s)
+            keepalive_s = settings.sse_keepalive_s
+            chunks = completion_chunks(started, data.include_usage, keepalive_s, echo)
             return Stream(chunks, media_type="text/event-stream", headers=headers)
         answer = await collect_while_connected(started, request)
         if answer is None:
             return Response(None, status_code=CLIENT_CLOSED_REQUEST)
-        return Response(completion(started, *answer), headers=headers)
+        return Response(completion(started, answer, echo), headers=headers)
 
     @post(
         "/embeddings",

@@ -25,6 +25,7 @@ from vigil.platform.control.access.users import UserService
 from vigil.platform.control.alerts.service import AlertService
 from vigil.platform.control.audit.service import AuditService
 from vigil.platform.control.db import OnChange
+from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey, draft_of
 from vigil.platform.control.deployments.repository import DeploymentRepository
 from vigil.platform.control.deployments.service import (
@@ -34,7 +35,14 @@ from vigil.platform.control.deployments.service import (
     create_deployment,
 )
 from vigil.platform.control.replicas.service import ReplicaService
-from vigil.platform.control.specs import DeploymentSpec, SLOTargets, VersionRef, bundled_version
+from vigil.platform.control.specs import (
+    DEFAULT_MAX_QUEUE_WAIT_S,
+    DeploymentSpec,
+    SLOTargets,
+    VersionRef,
+    bundled_version,
+    default_limits,
+)
 from vigil.platform.control.versions.checks import check_params, verified_checksum
 from vigil.platform.control.versions.declared import ensure_version, unregistered
 from vigil.platform.control.versions.service import VersionService
@@ -54,10 +62,13 @@ class ControlPlane:
         password_hasher: PasswordHasher | None = None,
         model_dirs: Sequence[Path] = (),
         webhook_policy: WebhookAddressPolicy | None = None,
+        max_queue_wait_s: float = DEFAULT_MAX_QUEUE_WAIT_S,
     ) -> None:
         """`model_dirs`: where the artifacts of registered versions may come from (none:
         only bundled models). `webhook_policy`: where webhooks may point (none: public
-        addresses only)."""
+        addresses only). `max_queue_wait_s`: the interactive wait of deployments made
+        without their own limits (`default_limits`)."""
+        self.default_limits = default_limits(max_queue_wait_s)
         self._sessions = sessions
         self._listeners: list[OnChange] = []
         self.versions = VersionService(sessions, self._changed, model_dirs)  # models, versions
@@ -82,6 +93,13 @@ class ControlPlane:
     async def serving_view(self) -> list[DeploymentSpec]:
         """Every deployment, by name, as the gateway routes it."""
         return [record.spec for record in await self.deployments.list()]
+
+    async def declare(self, models: list[str], config_path: Path | None) -> None:
+        """The start-up writes: the bundled models seeded, then the deployments file
+        applied (its declarations hold at start; after that, the database rules)."""
+        await self.seed_bundled(models)
+        if config_path is not None:
+            await self.apply_config(load_deployments(config_path, set(models), self.default_limits))
 
     async def seed_bundled(self, models: list[str]) -> None:
         """Register each bundled model and its version (once), and deploy them (_seed)."""
@@ -131,7 +149,9 @@ class ControlPlane:
             for ref in refs:
                 fresh = not names or (ref.kind is ModelKind.EMBED and ref.model not in served)
                 if fresh and ref.model not in names:
-                    draft = DeploymentDraft(VersionKey(ref.model, ref.version))
+                    draft = DeploymentDraft(
+                        VersionKey(ref.model, ref.version), limits=self.default_limits
+                    )
                     await create_deployment(
                         session, ref.model, draft, SLOTargets(), "system", set(names)
                     )

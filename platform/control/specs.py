@@ -65,10 +65,25 @@ class ClassLimits:
     max_queue_wait_s: float
 
 
-def default_limits() -> dict[Priority, ClassLimits]:
+# How long an interactive request may wait to start when its deployment does not say
+# (`vigil serve --max-queue-wait`). A batch request may wait BATCH_WAIT_FACTOR times as
+# long: batch traffic is queued behind interactive traffic by design, and its clients
+# are there for throughput, not for a first token.
+DEFAULT_MAX_QUEUE_WAIT_S = 30.0
+BATCH_WAIT_FACTOR = 4
+
+
+def default_limits(
+    max_queue_wait_s: float = DEFAULT_MAX_QUEUE_WAIT_S,
+) -> dict[Priority, ClassLimits]:
+    """The limits of a deployment made without its own: those of the bundled models,
+    of a deployments-file entry for each class or field it leaves out, of one created over
+    the admin API without `limits`."""
     return {
-        Priority.INTERACTIVE: ClassLimits(max_queue=64, max_queue_wait_s=30.0),
-        Priority.BATCH: ClassLimits(max_queue=256, max_queue_wait_s=120.0),
+        Priority.INTERACTIVE: ClassLimits(max_queue=64, max_queue_wait_s=max_queue_wait_s),
+        Priority.BATCH: ClassLimits(
+            max_queue=256, max_queue_wait_s=BATCH_WAIT_FACTOR * max_queue_wait_s
+        ),
     }
 
 

@@ -19,10 +19,18 @@ fade within minutes, so an overload an hour ago does not shape a decision now).
   `batch_shed_fraction` of the target, so the rest of the headroom stays with
   interactive traffic.
 - A request that would make the streams slower than min_tokens_per_s (a decode step of
-  the batch it would join, at the measured cost) is shed.
+  the batch it would join, at the measured cost) is shed. A request of n choices joins
+  the batch as n sequences.
 Shedding at once, in milliseconds, beats letting a request time out in the queue: the
 client can retry elsewhere or later, after Retry-After: the seconds the forecast is over
 the target by.
+
+An embedding request (`decide_embedding`) has no forecast: embedders report no step
+costs. Its rule is the queue bound alone: shed once its class already has the
+deployment's max_queue requests in flight on that version's engine (on any of its
+workers; an embedding counts from admission until its vectors are back, since the
+worker's batcher queues and computes it in one go), and batch traffic is shed while the
+SLO loop sheds it. A shed one is told to retry after RETRY_AFTER_DEFAULT_S.
 """
 
 from __future__ import annotations
@@ -87,8 +95,10 @@ def decide(
     allow_fallback: bool = True,
     actions: SLOActions = NO_ACTIONS,
     cached_tokens: int = 0,
+    num_seqs: int = 1,
 ) -> Admission:
-    """cached_tokens: of the prompt, likely in the replica's prefix cache."""
+    """cached_tokens: of the prompt, likely in the replica's prefix cache; num_seqs: the
+    request's choices (n), each a sequence in the batch."""
     slo = spec.slo
     idle = load.engine.idle
     ttft = forecast(load, priority, prompt_tokens, HORIZON_TARGETS * slo.ttft_p99_s, cached_tokens)
@@ -119,11 +129,25 @@ def decide(
     if ttft > limit:
         return _shed(Reason.SLO_TTFT, ttft, limit)
     engine = load.engine
-    joined = min(len(engine.running) + len(engine.waiting) + 1, engine.max_num_seqs)
+    joined = min(len(engine.running) + len(engine.waiting) + num_seqs, engine.max_num_seqs)
     if 1.0 / load.costs.decode_s(joined) < slo.min_tokens_per_s:
         # Each running stream gets one token per step: one more stream only slows them.
         return _shed(Reason.SLO_TOKENS_PER_S, ttft, limit)
     return Admission(Verdict.ADMIT, Reason.OK, ttft)
+
+
+def decide_embedding(
+    priority: Priority,
+    queued: dict[Priority, int],
+    spec: DeploymentSpec,
+    actions: SLOActions = NO_ACTIONS,
+) -> Admission:
+    """`queued`: per class, the embedding requests in flight on the engine."""
+    if priority is Priority.BATCH and actions.shed_batch:
+        return _shed(Reason.SLO_BURN, None, spec.slo.ttft_p99_s)
+    if queued[priority] >= spec.limits[priority].max_queue:
+        return _shed(Reason.QUEUE_FULL, None, spec.slo.ttft_p99_s)
+    return Admission(Verdict.ADMIT, Reason.OK, None)
 
 
 def forecast(

@@ -48,6 +48,7 @@ class Dispatcher:
                 shadow,
                 context,
                 place.num_cached_tokens,
+                request.params.n,
             )
             self.placer.sent(place, replica)
             try:

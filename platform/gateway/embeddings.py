@@ -1,8 +1,19 @@
-"""From texts asked of an embedding deployment to vectors computed on a worker by its
-stable version or, for its share, its canary: placed by the router among the workers
-that have it ready, held by a lease in the load book while it runs (so the router sees
-it), usage, metrics and SLIs here; token caps there (the worker holds the model's
-tokenizer and its limit)."""
+"""From texts asked of an embedding deployment to vectors computed on a worker, the way
+a generation goes (pipeline.py), one step at a time:
+
+    resolve    the deployment (404; 403 when the key may not use it)
+    input      size check; on the version the canary split picks, its tokenizer, once,
+               off the event loop, each text within the model's window (embed_input.py)
+    place      the replicas that have the engine ready (503 when none)
+    admit      admission.decide_embedding: admit | shed (429 + Retry-After)
+    dispatch   the router's choice of replica, a lease in the load book while the
+               vectors are computed (so the router and admission see it there), the
+               token ids sent; a replica that cannot be reached becomes a suspect and
+               the next choice gets them
+
+Usage, metrics and SLIs are recorded here, from the request's arrival: an embedding's
+whole answer is its first token.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +22,17 @@ from dataclasses import dataclass
 
 from vigil.engine.request import Priority, RequestClock, RequestId
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
-from vigil.platform.errors import InvalidRequest, PermissionDenied
+from vigil.platform.errors import PermissionDenied
+from vigil.platform.gateway.admission import Verdict, decide_embedding, shed_error
 from vigil.platform.gateway.auth import Principal
+from vigil.platform.gateway.embed_input import check_input_size, tokenize_inputs
 from vigil.platform.gateway.link import WorkerLink, WorkerUnreachable
 from vigil.platform.gateway.placement import Placer
 from vigil.platform.gateway.serving import ServingView, engine_key
+from vigil.platform.gateway.tokenizers import TokenizerCache
+from vigil.platform.gateway.workers import Replica
+from vigil.platform.slo.actions import ActionBoard
 from vigil.platform.telemetry.recorder import RequestRecorder
-from vigil.platform.wire.worker import EmbedResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,21 +47,46 @@ class EmbeddingService:
     def __init__(
         self,
         view: ServingView,
+        tokenizers: TokenizerCache,
         link: WorkerLink,
         placer: Placer,
         recorder: RequestRecorder,
         max_chars: int,
+        actions: ActionBoard,
     ) -> None:
         self.view = view
+        self.tokenizers = tokenizers
         self.link = link
         self.placer = placer
         self.recorder = recorder
         self.max_chars = max_chars
+        self.actions = actions
 
     async def embed(
         self, model: str, texts: list[str], principal: Principal, arrival_ts: float
     ) -> Embeddings:
         """`texts` as the client sent them; errors about one name it as `input[i]`."""
+        spec = self._resolve(model, principal)
+        check_input_size(texts, self.max_chars)
+        version = self.view.choose_version(spec)
+        ids = await tokenize_inputs(texts, self.tokenizers.require(version))
+        key, priority = engine_key(version), principal.priority
+        replicas = self.placer.serving(key)  # 503 when no worker has it ready
+        self._admit(spec, version, key, priority)
+        request_id = RequestId(f"embd-{uuid.uuid4().hex}")
+        num_tokens = sum(len(row) for row in ids)
+        ok = False
+        try:
+            vectors = await self._dispatch(
+                spec, version, replicas, request_id, ids, priority, arrival_ts
+            )
+            ok = True
+        finally:
+            self.recorder.embedding(spec.name, version.key, priority, num_tokens, arrival_ts, ok)
+        served_by = f"{version.model}/{version.version}"
+        return Embeddings(vectors, num_tokens, served_by, request_id)
+
+    def _resolve(self, model: str, principal: Principal) -> DeploymentSpec:
         spec = self.view.embedding(model)
         if not principal.may_use(model):
             raise PermissionDenied(
@@ -54,62 +94,50 @@ class EmbeddingService:
                 param="model",
                 code="model_not_allowed",
             )
-        self._check_size(texts)
-        version = self.view.choose_version(spec)
-        request_id = RequestId(f"embd-{uuid.uuid4().hex}")
-        num_tokens, ok = 0, False
-        try:
-            result = await self._embed(spec, version, request_id, texts, arrival_ts)
-            num_tokens, ok = result.num_tokens, True
-        finally:
-            self.recorder.embedding(model, version.key, num_tokens, arrival_ts, ok)
-        served_by = f"{version.model}/{version.version}"
-        return Embeddings(result.vectors, num_tokens, served_by, request_id)
+        return spec
 
-    def _check_size(self, texts: list[str]) -> None:
-        """Each input, and all of them together, within max_chars: before a worker
-        spends time counting their tokens."""
-        over = next((i for i, t in enumerate(texts) if len(t) > self.max_chars), None)
-        total = sum(len(t) for t in texts)
-        if over is None and total <= self.max_chars:
-            return
-        param = "input" if over is None else f"input[{over}]"
-        size = total if over is None else len(texts[over])
-        raise InvalidRequest(
-            f"'{param}' holds {size} characters, over the {self.max_chars} this server takes "
-            "in one request; shorten or split it.",
-            param=param,
-            code="input_too_large",
-        )
+    def _admit(
+        self, spec: DeploymentSpec, version: VersionRef, key: str, priority: Priority
+    ) -> None:
+        """Admitted, or RateLimited (429 + Retry-After) when the engine's queue is full."""
+        actions = self.actions.get(spec.name)
+        admission = decide_embedding(priority, self.placer.loads.queued(key), spec, actions)
+        verdict, reason = admission.verdict.value, admission.reason.value
+        self.recorder.admission(spec.name, version.key, verdict, reason, priority)
+        if admission.verdict is Verdict.SHED:
+            raise shed_error(spec, admission)
 
-    async def _embed(
+    async def _dispatch(
         self,
         spec: DeploymentSpec,
         version: VersionRef,
+        replicas: list[Replica],
         request_id: RequestId,
-        texts: list[str],
+        ids: list[list[int]],
+        priority: Priority,
         arrival_ts: float,
-    ) -> EmbedResult:
-        """On the replica the router picks; one that cannot be reached becomes a suspect
-        and the next choice gets the texts. Its lease counts it in flight there until
-        the answer is back; its outcome is the recorder's (above), not the lease's."""
+    ) -> list[list[float]]:
+        """On the replica the router picks, held by a lease until the vectors are back;
+        its outcome is the recorder's (above), not the lease's."""
         key = engine_key(version)
+        num_tokens = sum(len(row) for row in ids)
         while True:
-            replica = self.placer.choose_embedder(key, self.placer.serving(key))
+            replica = self.placer.choose_embedder(key, replicas)
             lease = self.placer.loads.open(
                 request_id,
                 spec.name,
                 version.key,
                 key,
                 replica.id,
-                Priority.INTERACTIVE,
-                0,  # counted on the worker, which holds the tokenizer
+                priority,
+                num_tokens,
                 0,
                 RequestClock(arrival_ts),
             )
             try:
-                return await self.link.embed(replica, key, texts)
+                return (await self.link.embed(replica, key, ids)).vectors
             except WorkerUnreachable:
+                replicas = self.placer.serving(key)  # the suspect left out
                 continue
             finally:
                 lease.discard()

@@ -1,20 +1,24 @@
 """The fleet as the control plane keeps it: each replica's row (at registration, then
 every few seconds), each version's state (ready on some worker, failed on all), and a
-deployment whose stable version failed everywhere kept on the version before it."""
+deployment whose stable version failed everywhere kept on the version before it; and
+the fleet's engines as telemetry reads them."""
 
 from __future__ import annotations
 
 import logging
 import time
 
+import msgspec
+
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.replicas.records import ReplicaReport
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.gateway.readiness import VersionState, version_error, version_states
-from vigil.platform.gateway.serving import ServingView
+from vigil.platform.gateway.serving import ServingView, version_key
 from vigil.platform.gateway.tokenizers import TokenizerCache
 from vigil.platform.gateway.workers import WorkerRegistry
+from vigil.platform.telemetry.metrics import EngineSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +28,14 @@ _STATUS = {
     "ready": VersionStatus.READY,
     "failed": VersionStatus.FAILED,
 }
+
+
+def engine_snapshots(workers: WorkerRegistry) -> list[EngineSnapshot]:
+    """Every engine on a live worker: its latest stats, and the version it runs."""
+    return [
+        EngineSnapshot(key, version_key(key), replica, stats)
+        for key, replica, stats in workers.engine_stats()
+    ]
 
 
 class FleetBook:
@@ -57,7 +69,7 @@ class FleetBook:
             device=replica.device,
             memory_bytes=replica.memory_bytes,
             versions=tuple(k for k, r in replica.slots.items() if r.state == "ready"),
-            stats={k: r.stats for k, r in replica.slots.items() if r.stats},
+            stats={k: msgspec.to_builtins(r.stats) for k, r in replica.slots.items() if r.stats},
         )
         try:
             if registering:

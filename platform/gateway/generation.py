@@ -1,13 +1,18 @@
 """A started generation: where it went and what admission said (`Routed`, which the
 API edge notes in the request's log fields and trace), and its events, each seen by its
-lease, which is closed however the request ends."""
+lease, which is closed however the request ends.
+
+A request of n choices yields the events of all of them, each with its choice's index,
+and ends once every choice has finished, or at the first that failed (the others are
+then aborted). What the API needs to write the answer comes with it: the version's
+token bytes (for logprobs) and, when tools are offered, a parser of its tool calls."""
 
 from __future__ import annotations
 
 import contextlib
 import weakref
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vigil.engine.request import (
     EngineEvent,
@@ -15,16 +20,23 @@ from vigil.engine.request import (
     FinishReason,
     GenerationRequest,
     RequestId,
+    SampledLogprobs,
     TokenEvent,
 )
+from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.errors import EngineFailed, QueueTimeout, RateLimited, VigilError
 from vigil.platform.gateway.admission import Admission
+from vigil.platform.gateway.grammars import GrammarCheck
 from vigil.platform.gateway.lease import Lease
 from vigil.platform.gateway.link import Events
+from vigil.platform.gateway.tool_calls import ToolCallParser
+from vigil.platform.gateway.tool_formats import ToolFormat
 
 # The events a started generation yields are the engine's own records; the API reads
 # them from here, so that it depends on the gateway and not on the engine.
 __all__ = [
+    "Choice",
+    "Collected",
     "Decided",
     "EngineEvent",
     "FinishEvent",
@@ -32,6 +44,7 @@ __all__ = [
     "Generation",
     "Route",
     "Routed",
+    "SampledLogprobs",
     "Shed",
     "TokenEvent",
     "finish_error",
@@ -66,6 +79,7 @@ class Routed:
     ttft_target_s: float  # the SLO of the deployment that serves it
     route: Route
     decisions: tuple[Decided, ...]  # in order: two when it fell back
+    grammar: GrammarCheck | None = None  # its output's grammar, compiled on admission
 
 
 class Shed(RateLimited):
@@ -75,6 +89,34 @@ class Shed(RateLimited):
         assert error.retry_after_s is not None
         super().__init__(error.message, retry_after_s=error.retry_after_s, code=error.code)
         self.routed = routed
+
+
+@dataclass(slots=True)
+class Choice:
+    """One choice's whole answer."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[SampledLogprobs] = field(default_factory=list)  # when asked for
+    finish: FinishEvent | None = None
+
+
+@dataclass(slots=True)
+class Collected:
+    choices: list[Choice]  # by index
+    prompt_logprobs: tuple[SampledLogprobs, ...]  # when asked for
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Once for the request, however many choices shared it."""
+        finish = self.choices[0].finish
+        assert finish is not None
+        return finish.num_prompt_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(c.finish.num_output_tokens for c in self.choices if c.finish is not None)
 
 
 class Generation:
@@ -89,13 +131,28 @@ class Generation:
         events: Events,
         served_by: str,
         routed: Routed,
+        tokenizer: Tokenizer,
+        tool_format: ToolFormat | None = None,
     ) -> None:
         self.lease = lease
         self.request = request
         self.served_by = served_by  # model/version
         self.routed = routed
+        self.tokenizer = tokenizer  # the version's
+        self.tool_format = tool_format  # None: no tools offered, nothing to parse
         self._events = events
         weakref.finalize(self, lease.close)
+
+    @property
+    def num_choices(self) -> int:
+        return self.request.params.n
+
+    def tool_parser(self) -> ToolCallParser | None:
+        """A new parser of one choice's tool calls; None when no tools were offered."""
+        return None if self.tool_format is None else self.tool_format.parser()
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.tokenizer.token_bytes(token_id)
 
     @property
     def request_id(self) -> RequestId:
@@ -114,28 +171,42 @@ class Generation:
         return self.lease.replica
 
     async def events(self) -> AsyncGenerator[EngineEvent, None]:
+        """Every choice's events, to the last choice's finish or the first failed one."""
+        unfinished = self.num_choices
         try:
             async for event in self._events:
                 self.lease.observe(event)
                 yield event
+                if isinstance(event, FinishEvent):
+                    unfinished -= 1
+                    if not unfinished or finish_error(event) is not None:
+                        return
         finally:
             await self._events.aclose()
             self.lease.close()
 
-    async def collect(self) -> tuple[str, FinishEvent]:
-        """The whole answer, or the error it ended with."""
-        parts: list[str] = []
+    async def collect(self) -> Collected:
+        """Every choice's whole answer, or the error the request ended with."""
+        choices = [Choice(i) for i in range(self.num_choices)]
+        prompt_logprobs: tuple[SampledLogprobs, ...] = ()
         # Closed on the way out, not whenever it is collected: until then its lease
         # would count the request as in flight, in admission's and routing's eyes.
         async with contextlib.aclosing(self.events()) as events:
             async for event in events:
-                parts.append(event.text)
-                if isinstance(event, FinishEvent):
-                    error = finish_error(event)
-                    if error is not None:
-                        raise error
-                    return "".join(parts), event
-        raise AssertionError("the engine's event stream ended without a FinishEvent")
+                choice = choices[event.index]
+                choice.text += event.text
+                if isinstance(event, TokenEvent):
+                    choice.token_ids.extend(event.token_ids)
+                    choice.logprobs.extend(event.logprobs)
+                    prompt_logprobs = prompt_logprobs or event.prompt_logprobs
+                    continue
+                error = finish_error(event)
+                if error is not None:
+                    raise error
+                choice.finish = event
+        if any(c.finish is None for c in choices):
+            raise AssertionError("the engine's event stream ended before every choice finished")
+        return Collected(choices, prompt_logprobs)
 
 
 def finish_error(event: FinishEvent) -> VigilError | None:

@@ -4,13 +4,16 @@
               queued: waiting in a worker's queue, or on its way there
 
 A lease is opened when admission lets a request in, and closed exactly once however the
-request ends: its finish event, the client leaving, a worker failing mid-stream, or the
-stream never being read. It owns every counter of its request: admission's snapshot
-(queued by class, the oldest wait, and each replica's engine as the forecast reads it:
-the running sequences with the tokens they have left, the waiting prompts) and the
-router's replica loads (in flight, prompt tokens awaiting their first token) are read
-from the open leases, so a request is counted in one place and gone from every count
-at once. Metrics are written from it as it moves, from the request's own clock.
+request ends: the finish event of its last choice (or of any choice that failed), the
+client leaving, a worker failing mid-stream, or the stream never being read. A request
+of n choices counts as n sequences wherever the engine's batch is counted (running,
+waiting); its prompt is counted once in full, its later choices' as cached. It owns
+every counter of its request: admission's snapshot (queued by class, the oldest wait,
+and each replica's engine as the forecast reads it: the running sequences with the
+tokens they have left, the waiting prompts) and the router's replica loads (in flight,
+prompt tokens awaiting their first token) are read from the open leases, so a request
+is counted in one place and gone from every count at once. Metrics are written from
+it as it moves, from the request's own clock.
 
 How many tokens a request will still produce is not known until it stops: it is
 estimated from the lengths of the engine's last OUTPUT_SAMPLES answers (each capped
@@ -77,7 +80,15 @@ class Lease:
     shadow: bool = False  # a mirrored copy (gateway/shadow.py)
     context: RequestContext | None = None  # the API request's log fields and trace
     state: LeaseState = LeaseState.QUEUED
-    num_output_tokens: int = 0
+    num_output_tokens: int = 0  # all choices together
+    num_seqs: int = 1  # its choices (n)
+    # Output tokens of each choice that has finished, for the book's answer lengths.
+    choice_outputs: list[int] = field(default_factory=list)
+    _choice_tokens: dict[int, int] = field(default_factory=dict)  # by choice, so far
+
+    @property
+    def num_running_seqs(self) -> int:
+        return self.num_seqs - len(self.choice_outputs)
 
     def observe(self, event: EngineEvent) -> None:
         """One event of the request's stream, in order."""
@@ -102,7 +113,11 @@ class Lease:
                 self.book.first_token(self)
             self.clock.last_token_ts = event.token_ts
             self.num_output_tokens += n
-        else:
+            self._choice_tokens[event.index] = self._choice_tokens.get(event.index, 0) + n
+            return
+        self.choice_outputs.append(self._choice_tokens.get(event.index, 0))
+        normal = event.reason in (FinishReason.STOP, FinishReason.LENGTH)
+        if not normal or not self.num_running_seqs:
             self._close(_OUTCOMES[event.reason], event)
 
     def close(self) -> None:
@@ -180,6 +195,7 @@ class LoadBook:
         shadow: bool = False,
         context: RequestContext | None = None,
         num_cached_tokens: int = 0,
+        num_seqs: int = 1,
     ) -> Lease:
         lease = Lease(
             request_id,
@@ -196,6 +212,7 @@ class LoadBook:
             predicted_ttft_s,
             shadow,
             context,
+            num_seqs=num_seqs,
         )
         engine = self._engines.setdefault(engine_key, _Engine())
         assert request_id not in engine.open, f"request id {request_id} is already open"
@@ -212,7 +229,7 @@ class LoadBook:
         engine = self._engines[lease.engine_key]
         del engine.open[lease.request_id]
         if outcome in (Outcome.STOP, Outcome.LENGTH):
-            engine.outputs.append(lease.num_output_tokens)
+            engine.outputs.extend(lease.choice_outputs)
 
     def expected_output(self, engine_key: str, max_tokens: int) -> int:
         """How many tokens a new request of this max_tokens is expected to produce there."""
@@ -221,6 +238,16 @@ class LoadBook:
 
     def num_open(self) -> int:
         return sum(len(e.open) for e in self._engines.values())
+
+    def queued(self, engine_key: str) -> dict[Priority, int]:
+        """Per class, the engine's requests with no event back yet, on any replica (an
+        embedding streams none: it is queued until it ends)."""
+        queued = {p: 0 for p in Priority}
+        engine = self._engines.get(engine_key)
+        for lease in engine.open.values() if engine else ():
+            if lease.state is LeaseState.QUEUED:
+                queued[lease.priority] += 1
+        return queued
 
     def replica_counts(self, engine_key: str) -> dict[str, ReplicaCounts]:
         counts: dict[str, ReplicaCounts] = {}
@@ -256,16 +283,19 @@ class LoadBook:
             here = lease.replica == replica
             if lease.state is LeaseState.RUNNING:
                 if here:
-                    running.append(left(lease.max_tokens, lease.num_output_tokens))
+                    # Each choice still running, at the choices' mean length so far.
+                    produced = lease.num_output_tokens // lease.num_seqs
+                    running += [left(lease.max_tokens, produced)] * lease.num_running_seqs
                 continue
             p = lease.priority
             queued[p] += 1
             oldest[p] = max(oldest[p], now - lease.clock.arrival_ts)
             if here:
                 expected = left(lease.max_tokens, 0)
-                waiting.append(
-                    Waiting(p, lease.num_prompt_tokens, expected, lease.num_cached_tokens)
-                )
+                prompt = lease.num_prompt_tokens
+                waiting.append(Waiting(p, prompt, expected, lease.num_cached_tokens))
+                # Its later choices find the prompt in the cache (engine/llm_engine.py).
+                waiting += [Waiting(p, prompt, expected, prompt)] * (lease.num_seqs - 1)
         max_num_seqs, max_num_batched_tokens = limits
         return LoadSnapshot(
             queued=queued,

@@ -3,7 +3,8 @@
 `WorkerLink` has two implementations: `HttpWorkerLink`, which calls a worker process
 over HTTP (wire/worker.py), and an in-process fake in the tests. Its contract:
 - `open` returns once the worker has taken the request, with an iterator of the
-  request's engine events that ends with exactly one FinishEvent. A worker that cannot
+  request's engine events that ends with a FinishEvent for each of its n choices (or
+  with one ERROR finish, when the worker fails mid-request). A worker that cannot
   be reached raises WorkerUnreachable (the gateway may send the request elsewhere); one
   that refuses the request raises the matching VigilError. Either way the request never
   started, and the worker that failed is reported to `on_failure`.
@@ -72,7 +73,10 @@ class WorkerLink(Protocol):
         """`trace_headers`: the W3C traceparent the worker's span joins, when traced."""
         ...
 
-    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult: ...
+    async def embed(self, replica: Replica, slot: str, token_ids: list[list[int]]) -> EmbedResult:
+        """`token_ids`: per text, by the version's own tokenizer (the worker embeds them
+        as they are)."""
+        ...
 
 
 class HttpWorkerLink:
@@ -127,15 +131,25 @@ class HttpWorkerLink:
     async def _events(
         self, replica: Replica, request: GenerationRequest, response: httpx.Response
     ) -> Events:
+        unfinished = request.params.n  # a FinishEvent ends each choice
         try:
             async for line in response.aiter_lines():
                 if not line:
                     continue
                 event = _EVENTS.decode(line)
                 if isinstance(event, TokenWire):
-                    yield TokenEvent(event.text, tuple(event.ids), time.monotonic())
-                else:
-                    yield _finish(event, request)
+                    yield TokenEvent(
+                        event.text,
+                        tuple(event.ids),
+                        time.monotonic(),
+                        tuple(lp.record() for lp in event.logprobs),
+                        event.index,
+                        tuple(lp.record() for lp in event.prompt_logprobs),
+                    )
+                    continue
+                yield _finish(event, request)
+                unfinished -= 1
+                if not unfinished:
                     return
         except httpx.HTTPError as exc:
             yield self._failed(replica, request, f"failed: {type(exc).__name__}")
@@ -151,11 +165,11 @@ class HttpWorkerLink:
             FinishReason.ERROR, "", len(request.prompt_ids), 0, request.clock, message
         )
 
-    async def embed(self, replica: Replica, slot: str, texts: list[str]) -> EmbedResult:
+    async def embed(self, replica: Replica, slot: str, token_ids: list[list[int]]) -> EmbedResult:
         try:
             response = await self._client.post(
                 f"{replica.address}/internal/embed",
-                content=msgspec.json.encode(EmbedCall(slot, texts)),
+                content=msgspec.json.encode(EmbedCall(slot, token_ids)),
                 headers=self._headers,
                 timeout=httpx.Timeout(EMBED_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             )
@@ -180,6 +194,7 @@ def _finish(event: FinishWire, request: GenerationRequest) -> FinishEvent:
         event.error,
         event.cached_prompt_tokens,
         event.prefill_chunks,
+        event.index,
     )
 
 

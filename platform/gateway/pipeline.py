@@ -2,8 +2,9 @@
 engine, one step a module:
 
     resolve    the deployment (404; 403 when the key may not use it)
-    prompt     size check; on the version the canary split picks, its tokenizer and
-               chat template, once, off the event loop (prompt.py)
+    prompt     size check; on the version the canary split picks, the grammar its
+               output must follow compiled (grammars.py), and its tokenizer and chat
+               template (with the tools offered), once, off the event loop (prompt.py)
     place      the engine (long-prompt pool or not) and the replica (placement.py); the
                request fitted to that engine's context and the deployment's caps, once
     admit      admission.decide: admit | fall back (prompt and place again on the
@@ -28,8 +29,9 @@ from vigil.platform.gateway.admission import Verdict, decide, shed_error
 from vigil.platform.gateway.auth import Principal
 from vigil.platform.gateway.dispatch import Dispatcher
 from vigil.platform.gateway.generation import Decided, Generation, Route, Routed, Shed
-from vigil.platform.gateway.lease import LoadBook
-from vigil.platform.gateway.link import WorkerLink
+from vigil.platform.gateway.grammars import GrammarChecks
+from vigil.platform.gateway.lease import Lease, LoadBook
+from vigil.platform.gateway.link import Events, WorkerLink
 from vigil.platform.gateway.params import GenerationParams
 from vigil.platform.gateway.placement import (
     Placement,
@@ -76,6 +78,7 @@ class GenerationService:
         self.actions = actions
         self.shadows = shadows
         self.placer = Placer(view.workers, router, loads)
+        self.grammars = GrammarChecks()
         self.dispatcher = Dispatcher(loads, link, self.placer)
         self.offered = OfferedLoad()  # what each deployment is asked, for the SLO loop
 
@@ -107,7 +110,22 @@ class GenerationService:
         if place.spec is spec and self.view.split.to_shadow(spec):
             self.shadows.mirror(spec, params, self._shadow)
         routed = dataclasses.replace(routed, replica=lease.replica)  # after any retry
-        return Generation(lease, request, events, _served_by(place.version), routed)
+        return self._generation(place, params, lease, request, events, routed)
+
+    def _generation(
+        self,
+        place: Placement,
+        params: GenerationParams,
+        lease: Lease,
+        request: GenerationRequest,
+        events: Events,
+        routed: Routed,
+    ) -> Generation:
+        assert place.output is not None
+        tools = place.output.tool_format if params.offers_tools else None
+        tokenizer = self.tokenizers.require(place.version)
+        served_by = _served_by(place.version)
+        return Generation(lease, request, events, served_by, routed, tokenizer, tools)
 
     def _resolve(self, model: str, principal: Principal) -> DeploymentSpec:
         """The deployment asked for: 404 when there is none, 403 when the key may not
@@ -137,7 +155,7 @@ class GenerationService:
         request = _request(params, place, SHADOW_PRIORITY, arrival_ts)
         lease, events = await self.dispatcher.send(place, request, None, None, shadow=True)
         routed = Routed(spec.name, place.version.key, lease.replica, 0.0, Route(), ())
-        await Generation(lease, request, events, _served_by(place.version), routed).collect()
+        await self._generation(place, params, lease, request, events, routed).collect()
 
     async def _admit(
         self, spec: DeploymentSpec, params: GenerationParams, priority: Priority
@@ -149,7 +167,7 @@ class GenerationService:
         if priority is Priority.INTERACTIVE:
             expected = self.loads.expected_output(place.key, place.max_tokens)
             self.offered.add(spec.name, len(place.prompt_ids), expected)
-        first = self._decide(place, priority, allow_fallback=True)
+        first = self._decide(place, priority, params.n, allow_fallback=True)
         if first.admission.verdict is not Verdict.FALLBACK:
             return place, (first,), Route()
         assert spec.fallback is not None
@@ -168,9 +186,12 @@ class GenerationService:
                 place, route = await self._place(fallback, params), Route(spec.name)
             except InvalidRequest as exc:
                 route = Route(skipped=f"{fallback.name}: {exc.code or 'does not fit'}")
-        return place, (first, self._decide(place, priority, allow_fallback=False)), route
+        second = self._decide(place, priority, params.n, allow_fallback=False)
+        return place, (first, second), route
 
-    def _decide(self, place: Placement, priority: Priority, allow_fallback: bool) -> Decided:
+    def _decide(
+        self, place: Placement, priority: Priority, num_seqs: int, allow_fallback: bool
+    ) -> Decided:
         spec = place.spec
         admission = decide(
             priority,
@@ -180,6 +201,7 @@ class GenerationService:
             allow_fallback=allow_fallback,
             actions=self.actions.get(spec.name) if allow_fallback else NO_ACTIONS,
             cached_tokens=place.num_cached_tokens,
+            num_seqs=num_seqs,
         )
         verdict, reason = admission.verdict.value, admission.reason.value
         self.loads.recorder.admission(spec.name, place.version.key, verdict, reason, priority)
@@ -192,20 +214,24 @@ class GenerationService:
         tokenizer, the engine and replica chosen, the request fitted to that engine."""
         version = version or self.view.choose_version(spec)
         tokenizer = self.tokenizers.require(version)
-        ids = await tokenize(params, tokenizer, context_ceiling(self.view.workers, version))
+        output = await self.grammars.plan(params, version, tokenizer)
+        ceiling = context_ceiling(self.view.workers, version)
+        ids = await tokenize(params, tokenizer, ceiling, output.tool_format)
         key, long_pool = engine_for(spec, version, len(ids))
         replica = self.placer.choose(key, self.placer.serving(key), ids)
         max_tokens = fit_to(len(ids), params, spec, version, limits_of(replica, key), long_pool)
-        return self.placer.placement(spec, version, key, replica, ids, max_tokens)
+        place = self.placer.placement(spec, version, key, replica, ids, max_tokens)
+        return dataclasses.replace(place, output=output)
 
 
 def _request(
     params: GenerationParams, place: Placement, priority: Priority, arrival_ts: float
 ) -> GenerationRequest:
+    constraint = place.output.constraint if place.output is not None else None
     return GenerationRequest(
         request_id=params.request_id,
         prompt_ids=place.prompt_ids,
-        params=sampling(params, place.version, place.max_tokens),
+        params=sampling(params, place.version, place.max_tokens, constraint),
         priority=priority,
         clock=RequestClock(arrival_ts),
         deadline_ts=arrival_ts + place.spec.limits[priority].max_queue_wait_s,
@@ -214,8 +240,15 @@ def _request(
 
 def _routed(place: Placement, route: Route, decisions: tuple[Decided, ...]) -> Routed:
     spec = place.spec
+    grammar = place.output.grammar if place.output is not None else None
     return Routed(
-        spec.name, place.version.key, place.replica.id, spec.slo.ttft_p99_s, route, decisions
+        spec.name,
+        place.version.key,
+        place.replica.id,
+        spec.slo.ttft_p99_s,
+        route,
+        decisions,
+        grammar,
     )
 
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.gateway.admission import LoadSnapshot
+from vigil.platform.gateway.grammars import OutputPlan
 from vigil.platform.gateway.lease import LoadBook, ReplicaCounts
 from vigil.platform.gateway.prefixes import PrefixMemory, block_hashes
 from vigil.platform.gateway.router import ReplicaLoad, Router, prefix_key
 from vigil.platform.gateway.serving import engine_key
 from vigil.platform.gateway.workers import Replica, WorkerRegistry
-from vigil.platform.wire.worker import SlotLimits, stats_of
+from vigil.platform.wire.worker import SlotLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class Placement:
     block_hashes: list[int]  # of the prompt's full blocks, as that engine caches them
     num_cached_tokens: int  # of the prompt, likely in that engine's prefix cache
     capacity_blocks: int  # KV blocks of that engine
+    output: OutputPlan | None = None  # how the output is held and read (generations)
 
 
 def context_ceiling(workers: WorkerRegistry, version: VersionRef) -> int | None:
@@ -71,7 +73,7 @@ def replica_load(replica: Replica, key: str, counts: ReplicaCounts) -> ReplicaLo
     there, and what the replica last reported."""
     report = replica.slots[key]
     assert report.limits is not None
-    stats = stats_of(report.stats) if report.stats else None
+    stats = report.stats.stats() if report.stats is not None else None
     pending = counts.num_pending_prompt_tokens
     per_token_s = report.costs.token_s if report.costs is not None else None
     return ReplicaLoad(

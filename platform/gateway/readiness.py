@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from vigil.engine.bundled import ModelKind
 from vigil.platform.gateway.serving import ServingView
 from vigil.platform.gateway.tokenizers import TokenizerCache
 
@@ -25,7 +24,7 @@ def version_states(view: ServingView, tokenizers: TokenizerCache) -> dict[str, V
     for version in view.versions_in_use():
         reports = view.workers.slot_states(version.key)
         if any(r.state == "ready" for r in reports):
-            ready = version.kind is ModelKind.EMBED or tokenizers.get(version) is not None
+            ready = tokenizers.get(version) is not None
             states[version.key] = VersionState.READY if ready else VersionState.LOADING
         elif reports and all(r.state == "failed" for r in reports):
             states[version.key] = VersionState.FAILED

@@ -27,6 +27,11 @@ def engine_key(version: VersionRef, long_pool: bool = False) -> str:
     return version.key + (LONG_POOL_SUFFIX if long_pool else "")
 
 
+def version_key(engine: str) -> str:
+    """The version an engine slot runs (a long-prompt pool's engine runs its version)."""
+    return engine.removesuffix(LONG_POOL_SUFFIX)
+
+
 def engine_slots(deployments: list[DeploymentSpec]) -> list[SlotSpec]:
     """One engine per version in use, one more per version a long-prompt pool uses
     (sized for the largest pool on it)."""

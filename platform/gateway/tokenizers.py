@@ -1,4 +1,5 @@
-"""The gateway's copy of each generation version's tokenizer and chat template.
+"""The gateway's copy of each version's tokenizer: a generation version's with its chat
+template, an embedding version's with its window.
 
 The gateway tokenizes (caps and admission need token counts before a request is
 queued); the workers only ever see token ids. Loading reads the model's metadata,
@@ -12,8 +13,9 @@ import logging
 from collections.abc import Callable
 
 from vigil.engine.artifacts import resolve_artifact
-from vigil.engine.bundled import ModelFormat
+from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.loaders import hf
+from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer
 from vigil.engine.loaders.gguf import GGUFFile
 from vigil.engine.tokenizer import Tokenizer
 from vigil.platform.control.specs import VersionRef
@@ -26,6 +28,8 @@ def load_tokenizer(version: VersionRef) -> Tokenizer:
     source = resolve_artifact(
         version.model, version.version, version.artifact, version.kind, version.format
     )
+    if version.kind is ModelKind.EMBED:
+        return read_embedding_tokenizer(source.path)
     if source.format is ModelFormat.GGUF:
         return GGUFFile(source.path).tokenizer()
     config = hf.read_config(source.path)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from vigil.engine.stats import EngineStats
 from vigil.platform.errors import ServiceUnavailable
-from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport, stats_of
+from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport
 
 # Workers beat every second: two beats missed and half the next, and a worker is given
 # up, so that the traffic of one that drops off the network moves within 3 s.
@@ -34,6 +34,15 @@ class Replica:
         return (
             now_ts - self.last_heartbeat_ts < HEARTBEAT_TIMEOUT_S
             and self.last_heartbeat_ts > self.failed_ts
+        )
+
+    def drained(self, now_ts: float) -> bool:
+        """It left on purpose: its last heartbeat said every engine was draining (a
+        SIGTERM, as a scale-down or a rollout sends), and none came since."""
+        return (
+            not self.up(now_ts)
+            and bool(self.slots)
+            and all(s.state == "draining" for s in self.slots.values())
         )
 
     def ready(self, slot_key: str) -> SlotReport | None:
@@ -93,15 +102,21 @@ class WorkerRegistry:
         ]
 
     def liveness(self, now_ts: float | None = None) -> list[tuple[str, bool, float]]:
-        """(replica, up, seconds since its last heartbeat) of every worker known."""
+        """(replica, up, seconds since its last heartbeat) of every worker known, but
+        those that drained away: `vigil_worker_up == 0` alerts on a worker lost, not on
+        one a scale-down or a rollout stopped."""
         now = time.monotonic() if now_ts is None else now_ts
-        return [(r.id, r.up(now), now - r.last_heartbeat_ts) for r in self.replicas.values()]
+        return [
+            (r.id, r.up(now), now - r.last_heartbeat_ts)
+            for r in self.replicas.values()
+            if not r.drained(now)
+        ]
 
     def engine_stats(self, now_ts: float | None = None) -> list[tuple[str, str, EngineStats]]:
         """(engine key, replica, stats) of every engine on a live worker."""
         now = time.monotonic() if now_ts is None else now_ts
         return [
-            (key, r.id, stats_of(report.stats))
+            (key, r.id, report.stats.stats())
             for r in self.replicas.values()
             if r.up(now)
             for key, report in r.slots.items()

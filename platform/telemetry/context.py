@@ -154,3 +154,4 @@ def configure_logging(level: str, fmt: str, prefix: str = "", **extra: str) -> N
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per heartbeat otherwise

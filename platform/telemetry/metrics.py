@@ -108,6 +108,7 @@ STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     engine: str  # the engine's key: model@version, `#long` for a long-prompt pool
+    version: str  # model@version, the version it runs
     replica: str  # the worker that runs it
     stats: EngineStats
 

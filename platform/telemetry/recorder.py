@@ -156,7 +156,13 @@ class RequestRecorder:
             m.queue_time.labels(*d).observe(clock.queue_time_s)
 
     def embedding(
-        self, deployment: str, version: str, num_tokens: int, arrival_ts: float, ok: bool
+        self,
+        deployment: str,
+        version: str,
+        priority: Priority,
+        num_tokens: int,
+        arrival_ts: float,
+        ok: bool,
     ) -> None:
         """An embedding request that has ended: its whole answer is its first token, so
         its latency counts toward the TTFT SLI (and its failure toward availability)."""
@@ -172,7 +178,5 @@ class RequestRecorder:
             answered = now if ok else None
             clock = RequestClock(arrival_ts, first_token_ts=answered, finished_ts=now)
             self.sink.record(
-                RequestRecord(
-                    deployment, version, Priority.INTERACTIVE, outcome, num_tokens, 0, clock
-                )
+                RequestRecord(deployment, version, priority, outcome, num_tokens, 0, clock)
             )

@@ -4,6 +4,8 @@ Spans are built at the edges, from each request's own clock; the engine keeps no
 dependency. One API request is one trace:
 
     chat <model>                    server span: HTTP attributes, gen_ai.* and vigil.*
+      grammar                       a constrained output's grammar compiled (or found
+                                    compiled) before admission: its kind, cached or not
       admission                     verdict, reason, predicted TTFT (one per deployment
                                     it was decided on: two after a fallback)
       worker <replica>              the hop to the worker; its traceparent goes along, so
@@ -320,6 +322,10 @@ class RequestTrace:
             self.keep = True
         end_ts = time.monotonic() if decided_ts is None else decided_ts
         self._pending.append(("admission", start_ts, end_ts, attrs))
+
+    def grammar(self, kind: str, cached: bool, start_ts: float, end_ts: float) -> None:
+        attrs = {"vigil.grammar.kind": kind, "vigil.grammar.cached": cached}
+        self._pending.append(("grammar", start_ts, end_ts, attrs))
 
     def worker_headers(self, replica: str, start_ts: float) -> dict[str, str]:
         """Open the hop to a worker (a retry to another replica opens another) and the

@@ -39,6 +39,7 @@ from vigil.platform.errors import (
     UnsupportedMediaType,
     VigilError,
 )
+from vigil.platform.wire.choices import choices_at, path_segments, with_choices
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +123,17 @@ def _vigil_error_handler(_: Request[Any, Any, Any], exc: VigilError) -> Response
     )
 
 
-def _validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> Response[ErrorBody]:
+def _validation_handler(
+    request: Request[Any, Any, Any], exc: ValidationException
+) -> Response[ErrorBody]:
     problems = exc.extra if isinstance(exc.extra, list) else []
     first = problems[0] if problems and isinstance(problems[0], dict) else {}
     key = first.get("key")
     detail = str(first.get("message") or exc.detail)
     param = None if key in (None, "data") else str(key)
+    if param is not None:
+        param, choices = _parameter_choices(request, param, first.get("source") == "body")
+        detail = with_choices(detail, choices)
     if param is None and (named := _FIELD.search(detail)):
         # msgspec names a missing or unknown top-level field only in its message.
         param = named.group(1)
@@ -140,6 +146,23 @@ def _validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> 
     return Response(
         error_body(message, "invalid_request_error", param, "invalid_value"), status_code=400
     )
+
+
+def _parameter_choices(
+    request: Request[Any, Any, Any], key: str, in_body: bool
+) -> tuple[str, tuple[str, ...] | None]:
+    """The name a client sent for the field Litestar calls `key` (a query parameter's
+    alias, not the handler's argument), and the values it takes if it is an enum."""
+    fields = request.route_handler.parsed_fn_signature.parameters
+    steps = path_segments(key)
+    if in_body:
+        data = fields.get("data")
+        return key, choices_at(data.annotation, steps) if data is not None else None
+    field = fields.get(key)
+    if field is None:
+        return key, None
+    alias = getattr(field.kwarg_definition, "name", None) or key
+    return alias, choices_at(field.annotation, [])
 
 
 _HTTP_TYPES = {

@@ -9,7 +9,7 @@
       |                                        |
       | <-- POST /internal/generate ---------- |  one request: ids in, events out
       | --- newline-delimited JSON events ---> |  (closing the stream aborts it)
-      | <-- POST /internal/embed ------------- |
+      | <-- POST /internal/embed ------------- |  token ids in, vectors out
 
 Every call carries `Authorization: Bearer <worker token>`.
 """
@@ -19,11 +19,16 @@ from __future__ import annotations
 import hmac
 from typing import Any, Literal
 
-import msgspec
-from msgspec import Struct
+from msgspec import Struct, structs
 
 from vigil.engine.bundled import ModelFormat, ModelKind
-from vigil.engine.request import SamplingParams
+from vigil.engine.request import (
+    Constraint,
+    ConstraintKind,
+    SampledLogprobs,
+    SamplingParams,
+    TokenLogprob,
+)
 from vigil.engine.stats import EngineStats
 from vigil.platform.control.specs import VersionRef
 from vigil.platform.errors import Unauthorized
@@ -113,14 +118,37 @@ class CostsWire(Struct):
         return StepCosts(points, self.mixed_s, self.seq_s, self.token_s, self.pair_s)
 
 
+class StatsWire(Struct, frozen=True):
+    """An engine's stats snapshot (engine.stats.EngineStats) without its last step: the
+    gateway reads queues, KV use and prefix hits; step timings stay on the worker's own
+    /metrics."""
+
+    num_waiting_interactive: int
+    num_waiting_batch: int
+    num_running: int
+    num_kv_blocks_total: int
+    num_kv_blocks_used: int
+    num_kv_blocks_cached: int
+    num_preemptions: int
+    num_prefix_queried_tokens: int
+    num_prefix_hit_tokens: int
+    num_steps: int
+
+    @classmethod
+    def of(cls, stats: EngineStats) -> StatsWire:
+        return cls(**{name: getattr(stats, name) for name in cls.__struct_fields__})
+
+    def stats(self) -> EngineStats:
+        return EngineStats(**structs.asdict(self), last_step=None)
+
+
 class SlotReport(Struct):
     key: str
     state: Literal["loading", "ready", "failed", "draining"]
     progress: float = 0.0  # 0-1 while loading
     error: str | None = None
     limits: SlotLimits | None = None
-    # EngineStats as a dict (generation slots), as the console and replica records read it.
-    stats: dict[str, Any] | None = None
+    stats: StatsWire | None = None  # generation slots
     # Generation slots, ready: what its steps cost, for admission, routing and plans.
     costs: CostsWire | None = None
 
@@ -129,7 +157,12 @@ class Heartbeat(Struct):
     slots: list[SlotReport]
 
 
-class SamplingWire(Struct, frozen=True):
+class ConstraintWire(Struct, frozen=True, array_like=True):
+    kind: str  # engine.request.ConstraintKind
+    text: str
+
+
+class SamplingWire(Struct, frozen=True, omit_defaults=True):
     """A request's sampling (engine.request.SamplingParams)."""
 
     max_tokens: int
@@ -140,9 +173,15 @@ class SamplingWire(Struct, frozen=True):
     stop: tuple[str, ...]
     ignore_eos: bool
     min_tokens: int
+    constraint: ConstraintWire | None = None
+    logprobs: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    n: int = 1
+    prompt_logprobs: int | None = None
 
     @classmethod
     def of(cls, p: SamplingParams) -> SamplingWire:
+        c = p.constraint
         return cls(
             p.max_tokens,
             p.temperature,
@@ -152,18 +191,30 @@ class SamplingWire(Struct, frozen=True):
             p.stop,
             p.ignore_eos,
             p.min_tokens,
+            None if c is None else ConstraintWire(c.kind.value, c.text),
+            p.logprobs,
+            p.logit_bias,
+            p.n,
+            p.prompt_logprobs,
         )
 
     def params(self) -> SamplingParams:
-        return SamplingParams(*msgspec.structs.astuple(self))
-
-
-def stats_wire(stats: EngineStats) -> dict[str, Any]:
-    return {f: getattr(stats, f) for f in EngineStats.__dataclass_fields__ if f != "last_step"}
-
-
-def stats_of(wire: dict[str, Any]) -> EngineStats:
-    return EngineStats(**wire, last_step=None)
+        c = self.constraint
+        return SamplingParams(
+            self.max_tokens,
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.seed,
+            self.stop,
+            self.ignore_eos,
+            self.min_tokens,
+            None if c is None else Constraint(ConstraintKind(c.kind), c.text),
+            self.logprobs,
+            self.logit_bias,
+            self.n,
+            self.prompt_logprobs,
+        )
 
 
 class GenerateCall(Struct):
@@ -175,9 +226,28 @@ class GenerateCall(Struct):
     max_queue_wait_s: float | None  # relative: worker and gateway clocks differ
 
 
-class TokenWire(Struct, tag="token"):
+class LogprobWire(Struct, frozen=True, array_like=True):
+    """engine.request.SampledLogprobs: [token id, logprob, [[id, logprob], ...]]."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def of(cls, lp: SampledLogprobs) -> LogprobWire:
+        return cls(lp.token_id, lp.logprob, tuple((t.token_id, t.logprob) for t in lp.top))
+
+    def record(self) -> SampledLogprobs:
+        top = tuple(TokenLogprob(t, v) for t, v in self.top)
+        return SampledLogprobs(self.token_id, self.logprob, top)
+
+
+class TokenWire(Struct, tag="token", omit_defaults=True):
     text: str
     ids: list[int]
+    index: int = 0  # the choice
+    logprobs: list[LogprobWire] = []
+    prompt_logprobs: list[LogprobWire] = []
 
 
 class FinishWire(Struct, tag="finish"):
@@ -189,6 +259,7 @@ class FinishWire(Struct, tag="finish"):
     error: str | None = None
     cached_prompt_tokens: int = 0
     prefill_chunks: int = 0
+    index: int = 0  # the choice
 
 
 EventWire = TokenWire | FinishWire
@@ -196,12 +267,11 @@ EventWire = TokenWire | FinishWire
 
 class EmbedCall(Struct):
     slot: str
-    texts: list[str]
+    token_ids: list[list[int]]  # per text, by the model's own tokenizer at the gateway
 
 
 class EmbedResult(Struct):
-    vectors: list[list[float]]
-    num_tokens: int
+    vectors: list[list[float]]  # one per row of token_ids, in order
 
 
 def require_worker_token(authorization: str | None, token: str) -> None:

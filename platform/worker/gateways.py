@@ -41,7 +41,7 @@ from vigil.platform.wire.worker import (
     RegisterRequest,
     SlotLimits,
     SlotReport,
-    stats_wire,
+    StatsWire,
 )
 from vigil.platform.worker.runtime import EngineSlot, Slot, WorkerRuntime
 
@@ -78,7 +78,7 @@ def report(slot: Slot) -> SlotReport:
             max_num_batched_tokens=core.config.max_num_batched_tokens,
             prefix_caching=core.config.enable_prefix_caching,
         )
-        stats = stats_wire(slot.engine.stats())
+        stats = StatsWire.of(slot.engine.stats())
         measured = slot.profile.costs()
         costs = CostsWire.of(measured) if measured is not None else None
     return SlotReport(
@@ -130,7 +130,7 @@ class GatewayLink:
         self._client = httpx.AsyncClient(
             base_url=url,
             timeout=CALL_TIMEOUT_S,
-            headers={"Authorization": f"Bearer {links.settings.token}"},
+            headers={"Authorization": f"Bearer {links.settings.worker_token}"},
             transport=transport,
         )
 

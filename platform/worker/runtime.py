@@ -25,26 +25,21 @@ from vigil.engine.artifacts import resolve_artifact, verify_checksum
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import ModelKind
 from vigil.engine.calibrate import calibrate
+from vigil.engine.config import BatcherConfig, EngineConfig
 from vigil.engine.device import free_memory_bytes, resolve_device, resolve_dtype
-from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig
-from vigil.engine.llm_engine import EngineConfig, LLMEngine
+from vigil.engine.embed_batcher import AsyncEmbedder
+from vigil.engine.llm_engine import LLMEngine
 from vigil.engine.loaders.embedder import load_embedding_model
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
 from vigil.engine.loaders.progress import report_progress
 from vigil.engine.stats import BatchRecord, StepStats
 from vigil.engine.threads import StepThreads
 from vigil.platform.control.specs import VersionRef
-from vigil.platform.settings import EngineSettings
+from vigil.platform.settings import DEFAULT_CPU_KV_BYTES, DEFAULT_CUDA_KV_FRACTION, EngineSettings
 from vigil.platform.worker.profile import StepProfile
 
 log = logging.getLogger(__name__)
 
-# 512 MiB: 11,650 tokens of the bundled chat model in float32 (46 KB a token), 16
-# sequences of 700 or one of its whole 8,192-token context. Measured after a benchmark
-# run (peer_bench): the worker holds 1.07 GB resident with --quantization int4 on a CPU
-# with AVX-512 VNNI, 1.57 GB in float32.
-DEFAULT_CPU_KV_BYTES = 512 << 20
-DEFAULT_CUDA_KV_FRACTION = 0.8
 LOAD_WEIGHTS_SHARE = 0.9  # of a version's load progress: reading its weights
 
 
@@ -69,14 +64,14 @@ class EngineSlot:
 def kv_cache_budget(settings: EngineSettings, device: torch.device) -> int:
     """Bytes for the KV cache, resolved after the weights are loaded so that a
     fraction means a fraction of what is left."""
-    if settings.kv_cache_memory_bytes is not None:
-        return settings.kv_cache_memory_bytes
-    fraction = settings.kv_cache_memory_fraction
-    if fraction is None and device.type == "cuda":
-        fraction = DEFAULT_CUDA_KV_FRACTION
-    if fraction is None:
+    budget = settings.kv_cache_memory
+    if isinstance(budget, int):  # bytes
+        return budget
+    if budget is None and device.type == "cuda":
+        budget = DEFAULT_CUDA_KV_FRACTION
+    if budget is None:
         return DEFAULT_CPU_KV_BYTES
-    return int(free_memory_bytes(device) * fraction)
+    return int(free_memory_bytes(device) * budget)
 
 
 def step_threads(settings: EngineSettings, cpus: int) -> StepThreads:

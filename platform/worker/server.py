@@ -25,7 +25,7 @@ from litestar.params import JSONBody
 from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from vigil.engine.limits import RequestRejected, check_embedding_inputs
+from vigil.engine.limits import RequestRejected
 from vigil.engine.request import (
     FinishEvent,
     GenerationRequest,
@@ -37,6 +37,7 @@ from vigil.engine.request import (
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable
 from vigil.platform.lifecycle import DrainingServer
 from vigil.platform.settings import WorkerSettings
+from vigil.platform.telemetry.context import configure_logging
 from vigil.platform.telemetry.metrics import EngineMetrics
 from vigil.platform.telemetry.tracing import WorkerSpans
 from vigil.platform.wire.errors import EXCEPTION_HANDLERS
@@ -45,6 +46,7 @@ from vigil.platform.wire.worker import (
     EmbedResult,
     FinishWire,
     GenerateCall,
+    LogprobWire,
     TokenWire,
     require_worker_token,
 )
@@ -83,6 +85,13 @@ async def _generate(
     # Fitted to this engine's context by the gateway (gateway/prompt.py), from the limits
     # this worker reports; the engine's own check ends a request that does not fit
     # (an engine restarted smaller since) with an error event.
+    if request.params.constraint is not None:
+        # Compiled here, off the engine's thread (whose every step would wait for it) and
+        # before the answer starts: the engine then finds it in its grammar cache.
+        try:
+            await asyncio.to_thread(engine.check_request, request)
+        except RequestRejected as exc:
+            raise InvalidRequest(str(exc), param=exc.param) from exc
     slot.in_flight += 1
 
     async def lines() -> AsyncIterator[bytes]:
@@ -90,7 +99,13 @@ async def _generate(
         try:
             async for event in engine.generate(request):
                 if isinstance(event, TokenEvent):
-                    wire: TokenWire | FinishWire = TokenWire(event.text, list(event.token_ids))
+                    wire: TokenWire | FinishWire = TokenWire(
+                        event.text,
+                        list(event.token_ids),
+                        event.index,
+                        [LogprobWire.of(lp) for lp in event.logprobs],
+                        [LogprobWire.of(lp) for lp in event.prompt_logprobs],
+                    )
                 else:
                     finish = event
                     wire = _finish_wire(event)
@@ -114,6 +129,7 @@ def _finish_wire(event: FinishEvent) -> FinishWire:
         event.error,
         event.num_cached_prompt_tokens,
         event.num_prefill_chunks,
+        event.index,
     )
 
 
@@ -123,19 +139,16 @@ async def _embed(data: EmbedCall, runtime: WorkerRuntime) -> EmbedResult:
         raise ServiceUnavailable(
             f"embedder {data.slot} is not ready on this worker", code="engine_not_ready"
         )
-    model = slot.embedder.model
-    # Off the event loop: long inputs take seconds to count, and heartbeats must go on.
-    counts = await asyncio.to_thread(lambda: [model.count_tokens(t) for t in data.texts])
-    try:
-        check_embedding_inputs(counts, model.max_seq_len)
-    except RequestRejected as exc:
-        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
+    # Tokenized by the gateway with this model's tokenizer, within its window: the
+    # embedder checks only that the ids fit the model it loaded.
     slot.in_flight += 1
     try:
-        vectors = await slot.embedder.embed(data.texts)
+        vectors = await slot.embedder.embed_ids(data.token_ids)
+    except RequestRejected as exc:
+        raise InvalidRequest(str(exc), param=exc.param, code="context_length_exceeded") from exc
     finally:
         slot.in_flight -= 1
-    return EmbedResult(vectors, sum(counts))
+    return EmbedResult(vectors)
 
 
 def build_worker_app(
@@ -177,6 +190,8 @@ def build_worker_app(
 
 
 def run_worker(settings: WorkerSettings) -> None:
+    prefix = f"worker {settings.worker_id} "
+    configure_logging(settings.log_level, settings.log_format, prefix, worker=settings.worker_id)
     configure_torch(settings.engine)
     registry = CollectorRegistry()
     metrics = EngineMetrics(registry)
@@ -187,7 +202,7 @@ def run_worker(settings: WorkerSettings) -> None:
     host, port = sock.getsockname()[:2]
     address = f"http://{settings.advertise_host or host}:{port}"
     spans = WorkerSpans.of(settings.tracing, settings.worker_id, metrics.spans_dropped)
-    app = build_worker_app(runtime, settings.token, registry, spans)
+    app = build_worker_app(runtime, settings.worker_token, registry, spans)
     link = GatewayLinks(settings, runtime, address)
 
     async def drain() -> None:

@@ -1,8 +1,9 @@
 """The worker processes `vigil serve` runs on its own machine, restarted when they die.
 
-Each is `vigil worker` in a child process, so a crash in an engine (or the kernel
-killing it for memory) takes down one worker, not the gateway: the gateway sees it
-miss heartbeats, routes around it, and this supervisor starts a new one (backing off
+Each is a worker in a child process (worker/local.py: its settings handed over whole on
+its standard input, its name as its one argument), so a crash in an engine (or the
+kernel killing it for memory) takes down one worker, not the gateway: the gateway sees
+it miss heartbeats, routes around it, and this supervisor starts a new one (backing off
 when one keeps dying). Once the gateway is stopping (`stopping()`, from its SIGTERM), a
 worker that exits is not restarted: `kill -TERM` of the whole process group, as
 container runtimes and `systemctl stop` send it, reaches the workers too.
@@ -13,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from vigil.platform.settings import WorkerSettings
+from vigil.platform.worker.handoff import encode
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +35,11 @@ class _Child:
 
 
 class LocalWorkers:
-    def __init__(self, count: int, gateway_url: str, env: dict[str, str]) -> None:
+    def __init__(self, count: int, settings: WorkerSettings) -> None:
+        """`settings`: every child's (settings.local_worker_settings); each is named
+        local-N instead of its worker_id."""
         self._children = [_Child(f"local-{i}") for i in range(count)]
-        self._gateway_url = gateway_url
-        self._env = {**os.environ, **env}
+        self._settings = encode(settings)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -53,19 +57,15 @@ class LocalWorkers:
         self._task = asyncio.create_task(self._watch(), name="local-workers")
 
     def _spawn(self, child: _Child) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "vigil.platform.cli",
-            "worker",
-            "--gateway",
-            self._gateway_url,
-            "--worker-id",
-            child.worker_id,
-            "--exit-with-parent",
-        ]
-        child.process = subprocess.Popen(cmd, env=self._env)
-        log.info("started worker %s (pid %d)", child.worker_id, child.process.pid)
+        cmd = [sys.executable, "-m", "vigil.platform.worker.local", child.worker_id]
+        process = subprocess.Popen(cmd, stdin=subprocess.PIPE)
+        assert process.stdin is not None, "stdin=PIPE gives a pipe"
+        # A few hundred bytes: the pipe's buffer takes them whole, so this never blocks. A
+        # child already gone is restarted by _watch, as any that exits.
+        with contextlib.suppress(BrokenPipeError), process.stdin as pipe:
+            pipe.write(self._settings)
+        child.process = process
+        log.info("started worker %s (pid %d)", child.worker_id, process.pid)
 
     async def _watch(self) -> None:
         while True:

@@ -135,17 +135,15 @@ def _int(value: Any) -> bool:
 
 def _servable(body: dict[str, Any], model: str) -> dict[str, Any]:
     """The body with a served model and, where a field holds a value the schema allows
-    but this server refuses (n, penalties, logprobs) or caps (max_tokens), one it accepts.
+    but this server refuses (penalties) or caps (max_tokens, n), one it accepts.
     Only valid values are replaced, by valid ones: a body made invalid on purpose (a
     negative case) stays invalid."""
     steered = {**body, "model": model}
-    if _int(steered.get("n")) and steered["n"] > 1:
-        steered["n"] = 1
+    if _int(steered.get("n")) and steered["n"] > 2:
+        steered["n"] = 2
     for penalty in ("presence_penalty", "frequency_penalty"):
         if _number(steered.get(penalty)):
             steered[penalty] = 0.0
-    if steered.get("logprobs") is True:
-        steered["logprobs"] = False
     for field in ("max_tokens", "max_completion_tokens"):
         if _int(steered.get(field)) and steered[field] > MAX_TOKENS:
             steered[field] = MAX_TOKENS

@@ -165,9 +165,9 @@ def test_unknown_field_is_named(vigil_server) -> None:
     assert_error(r, 400, mentions="temprature")
 
 
-def test_unsupported_n(vigil_server) -> None:
-    r = post(vigil_server, "/v1/chat/completions", {"model": LLM, "messages": USER, "n": 3})
-    assert_error(r, 400, param="n", code="unsupported_parameter")
+def test_n_over_the_servers_bound(vigil_server) -> None:
+    r = post(vigil_server, "/v1/chat/completions", {"model": LLM, "messages": USER, "n": 9})
+    assert_error(r, 400, param="n", code="unsupported_parameter", mentions="at most 8")
 
 
 def test_empty_stop_string(vigil_server) -> None:

@@ -1,15 +1,20 @@
 """The official `openai` Python client against a real `vigil serve`: what it sends, Vigil
-accepts; what Vigil answers, it parses."""
+accepts; what Vigil answers, it parses. Structured outputs, tools, logprobs and n as
+applications use them, on the bundled SmolLM2: it does not choose tools well under
+`auto`, so `auto` is checked for shape, and arguments where a grammar guarantees them."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
+import jsonschema
 import openai
 import pytest
 from openai import OpenAI
+from pydantic import BaseModel, Field
 
 pytestmark = pytest.mark.slow
 
@@ -162,8 +167,6 @@ def test_unknown_model_is_not_found(client: OpenAI) -> None:
 @pytest.mark.parametrize(
     ("field", "kwargs"),
     [
-        ("n", {"n": 2}),
-        ("logprobs", {"logprobs": True}),
         ("presence_penalty", {"presence_penalty": 0.5}),
         ("frequency_penalty", {"frequency_penalty": 0.5}),
         ("best_of", {"extra_body": {"best_of": 2}}),
@@ -192,3 +195,276 @@ def test_raw_response_headers_name_the_request_and_the_model_version(client: Ope
     ) as streamed:
         request_id = streamed.headers["x-request-id"]
         assert {chunk.id for chunk in streamed.parse()} == {request_id}
+
+
+# ---- structured outputs, tools, logprobs and n, as applications use them ----
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "role": {"enum": ["admin", "editor", "viewer"]},
+        "address": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "country": {"enum": ["FR", "IT", "UK"]},
+            },
+            "required": ["city", "country"],
+            "additionalProperties": False,
+        },
+        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+    },
+    "required": ["name", "role", "address", "tags"],
+    "additionalProperties": False,
+}
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather now in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 16},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"timezone": {"enum": ["UTC", "CET", "JST"]}},
+            "required": ["timezone"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOLS = {"get_weather": WEATHER_TOOL, "get_time": TIME_TOOL}
+WEATHER_Q = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=12)
+    age: int = Field(ge=0, le=120)
+    country: Literal["FR", "IT", "UK"]
+
+
+def assert_calls_follow_their_tools(calls: Any) -> None:
+    assert calls
+    for call in calls:
+        assert call.type == "function" and call.id.startswith("call_")
+        schema = TOOLS[call.function.name]["function"]["parameters"]
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+
+
+def test_parse_returns_the_pydantic_model(client: OpenAI) -> None:
+    out = client.chat.completions.parse(
+        model=LLM,
+        messages=[{"role": "user", "content": "Invent a person from Rome."}],
+        response_format=Person,
+        temperature=0,
+        max_tokens=60,
+    )
+    (choice,) = out.choices
+    assert choice.finish_reason == "stop"
+    assert isinstance(choice.message.parsed, Person)
+
+
+def test_json_object_and_a_schema_with_enums_nested_objects_and_arrays(client: OpenAI) -> None:
+    anything = chat(
+        client,
+        [{"role": "user", "content": "Describe a cat."}],
+        response_format={"type": "json_object"},
+        temperature=0,
+        max_tokens=48,
+        metadata={"team": "tests"},  # accepted, not stored
+        store=False,
+    )
+    text = anything.choices[0].message.content
+    if anything.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    else:  # cut by max_tokens: an object begun
+        assert text.startswith("{")
+    record = chat(
+        client,
+        [{"role": "user", "content": "Describe a user called Ada who lives in Paris as JSON."}],
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "user", "schema": SCHEMA, "strict": True},
+        },
+        temperature=0,
+        max_tokens=96,
+    )
+    assert record.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(record.choices[0].message.content), SCHEMA)
+
+
+def test_a_schema_that_cannot_compile_is_a_400_saying_why(client: OpenAI) -> None:
+    bad = {"type": "object", "properties": {"code": {"type": "string", "pattern": "(("}}}
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(
+            client,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": bad}},
+        )
+    assert info.value.param == "response_format" and "cannot be compiled" in info.value.message
+
+
+def test_a_named_tool_is_called_with_arguments_of_its_schema_then_its_result_answered(
+    client: OpenAI,
+) -> None:
+    tools = [WEATHER_TOOL, TIME_TOOL]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    out = chat(client, WEATHER_Q, tools=tools, tool_choice=named, temperature=0, max_tokens=48)
+    (choice,) = out.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert_calls_follow_their_tools([call])
+    # The round trip: the call and its result go back; the model answers from them.
+    result = {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}
+    answer = chat(
+        client, [*WEATHER_Q, choice.message, result], tools=tools, temperature=0, max_tokens=24
+    )
+    assert answer.usage.prompt_tokens > out.usage.prompt_tokens
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_required_streamed_is_assembled_by_the_clients_stream_helper(client: OpenAI) -> None:
+    question = [{"role": "user", "content": "What time is it in Tokyo?"}]
+    with client.chat.completions.stream(
+        model=LLM,
+        messages=question,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=96,
+    ) as stream:
+        deltas = [e for e in stream if e.type == "chunk"]
+        final = stream.get_final_completion()
+    (choice,) = final.choices
+    assert choice.finish_reason == "tool_calls"
+    assert_calls_follow_their_tools(choice.message.tool_calls)
+    # OpenAI's shape: a call's first delta names it, its arguments come in fragments.
+    calls = [c for e in deltas for ch in e.chunk.choices for c in ch.delta.tool_calls or []]
+    first = calls[0]
+    assert first.index == 0 and first.id and first.type == "function" and first.function.name
+    assert len(calls) > 2 and all(c.id is None for c in calls[1:] if c.index == 0)
+    whole = chat(
+        client,
+        question,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=96,
+    )
+    streamed = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls]
+    assert streamed == [
+        (c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls
+    ]
+
+
+def test_auto_answers_in_text_or_calls_in_shape(client: OpenAI) -> None:
+    out = chat(client, WEATHER_Q, tools=[WEATHER_TOOL], temperature=0, max_tokens=48)
+    (choice,) = out.choices
+    if choice.message.tool_calls:
+        assert choice.finish_reason in ("tool_calls", "length")
+        for call in choice.message.tool_calls:
+            assert call.function.name and call.id.startswith("call_")
+    else:
+        assert choice.message.content and choice.finish_reason in ("stop", "length")
+
+
+def test_chat_logprobs_whole_and_streamed(client: OpenAI) -> None:
+    kwargs: dict[str, Any] = {
+        "temperature": 0,
+        "max_tokens": 6,
+        "logprobs": True,
+        "top_logprobs": 3,
+    }
+    out = chat(client, **kwargs)
+    (choice,) = out.choices
+    tokens = choice.logprobs.content
+    assert len(tokens) == out.usage.completion_tokens
+    for t in tokens:
+        assert len(t.top_logprobs) == 3 and t.logprob <= 0
+        assert t.logprob == t.top_logprobs[0].logprob  # greedy: the best one
+        assert t.bytes == list(t.token.encode()) or "\ufffd" in t.token
+    assert b"".join(bytes(t.bytes) for t in tokens).decode() == choice.message.content
+    streamed = [
+        t
+        for c in chat(client, stream=True, **kwargs)
+        for ch in c.choices
+        for t in (ch.logprobs.content if ch.logprobs else [])
+    ]
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in tokens]
+
+
+def test_completion_logprobs_with_the_echoed_prompt(client: OpenAI) -> None:
+    prompt = "The capital of France is"
+    out = client.completions.create(
+        model=LLM, prompt=prompt, echo=True, logprobs=2, temperature=0, max_tokens=3
+    )
+    (choice,) = out.choices
+    lp = choice.logprobs
+    assert choice.text.startswith(prompt)
+    assert len(lp.tokens) == out.usage.prompt_tokens + out.usage.completion_tokens
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None  # nothing before it
+    assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:])
+    assert all(len(top) >= 2 for top in lp.top_logprobs[1:])
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    assert "".join(lp.tokens) == choice.text
+    kwargs: dict[str, Any] = {"echo": True, "logprobs": 2, "temperature": 0, "max_tokens": 3}
+    chunks = list(client.completions.create(model=LLM, prompt=prompt, stream=True, **kwargs))
+    pieces = [c.choices[0] for c in chunks if c.choices[0].logprobs]
+    assert "".join(p.text for p in pieces) == choice.text
+    assert [t for p in pieces for t in p.logprobs.text_offset] == lp.text_offset
+    assert [t for p in pieces for t in p.logprobs.token_logprobs] == lp.token_logprobs
+    plain = client.completions.create(
+        model=LLM, prompt=prompt, logprobs=0, temperature=0, max_tokens=3
+    )
+    # The output's own logprobs do not depend on echoing the prompt.
+    assert plain.choices[0].logprobs.token_logprobs == pytest.approx(
+        lp.token_logprobs[-3:], abs=1e-4
+    )
+
+
+def test_n_choices_sample_as_seeds_s_to_s_plus_n_and_stream_with_their_index(
+    client: OpenAI,
+) -> None:
+    kwargs: dict[str, Any] = {"temperature": 1.0, "seed": 5, "max_tokens": 8}
+    out = chat(client, n=3, **kwargs)
+    assert [c.index for c in out.choices] == [0, 1, 2]
+    texts = [c.message.content for c in out.choices]
+    singles = [chat(client, **{**kwargs, "seed": 5 + i}) for i in range(3)]
+    assert texts == [s.choices[0].message.content for s in singles]
+    assert out.usage.prompt_tokens == singles[0].usage.prompt_tokens  # the prompt once
+    assert out.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    chunks = list(chat(client, n=3, stream=True, stream_options={"include_usage": True}, **kwargs))
+    streamed = ["", "", ""]
+    finished = []
+    for chunk in chunks:
+        for c in chunk.choices:
+            streamed[c.index] += c.delta.content or ""
+            if c.finish_reason:
+                finished.append(c.index)
+    assert streamed == texts and sorted(finished) == [0, 1, 2]
+    assert chunks[-1].usage == out.usage
+
+
+def test_logit_bias_steers_the_choice_of_tokens(client: OpenAI, smollm2_tokenizer: Any) -> None:
+    def first_token(**kwargs: Any) -> str:
+        out = chat(client, temperature=0, max_tokens=1, logprobs=True, **kwargs)
+        return str(out.choices[0].logprobs.content[0].token)
+
+    best = first_token()
+    [best_id] = smollm2_tokenizer.encode(best)
+    assert first_token(logit_bias={str(best_id): -100}) != best
+    [forced_id] = smollm2_tokenizer.encode(" Rome")
+    assert first_token(logit_bias={str(forced_id): 100}) == " Rome"

@@ -65,11 +65,14 @@ def _prometheus_config(folder: Path, gateway: str) -> Path:
     config["rule_files"] = [str(OPS / "prometheus" / name) for name in config["rule_files"]]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     host = gateway.removeprefix("http://")
+    # The names the kit's Services give (ops/k8s), here the test's one gateway.
+    (dns,) = jobs["vigil-gateway"].pop("dns_sd_configs")
+    assert dns["names"] == ["vigil-gateway-internal"]
     jobs["vigil-gateway"]["static_configs"] = [{"targets": [host]}]
     (sd,) = jobs["vigil-workers"]["http_sd_configs"]
     assert sd["basic_auth"]["username"] == VIEWER[0]
     (folder / "viewer.password").write_text(VIEWER[1])
-    sd["url"] = sd["url"].replace("http://127.0.0.1:8000", gateway)
+    sd["url"] = sd["url"].replace("http://vigil:8000", gateway)
     sd["refresh_interval"] = "1s"
     sd["basic_auth"]["password_file"] = str(folder / "viewer.password")
     path = folder / "prometheus.yml"
@@ -309,7 +312,9 @@ def test_every_dashboard_query_and_recording_rule_returns_data(served) -> None: 
     assert trace.status_code == 200, trace.text
 
     groups = yaml.safe_load((OPS / "prometheus" / "vigil-slo.rules.yml").read_text())["groups"]
-    recorded = [r for g in groups for r in g["rules"] if "record" in r]
+    # The error ratios; the burn conditions recorded beside the alerts are empty unless
+    # an SLO burns, which nothing here is meant to do.
+    recorded = [r for g in groups if g["name"] == "vigil-slo-error-ratios" for r in g["rules"]]
     assert recorded
     for rule in recorded:
         assert _query(prometheus, rule["expr"]), rule["record"]

@@ -199,3 +199,21 @@ def test_precision_bench_times_each_mode_against_float32(smollm2, smollm2_int4) 
     assert float(row[3].split()[0]) > 0  # int4 / float32, then the rounds' spread
     line = module.bench_prefill(models, tokens=16, rounds=1)
     assert line.startswith("16-token prefill: float32 ") and ", int4 " in line
+
+
+def test_api_bench_prints_compile_times_for_the_test_schemas_and_tool_grammars(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder = str(BENCH.parent)
+    sys.path.insert(0, folder)  # it imports its neighbour `serve`
+    try:
+        spec = importlib.util.spec_from_file_location("api_bench", BENCH.parent / "api_bench.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    module.compile_times(2)
+    out = capsys.readouterr().out
+    for name in ("user record", "person (pydantic)", "named tool", "required, 2 tools"):
+        assert name in out

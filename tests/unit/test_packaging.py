@@ -39,9 +39,11 @@ def test_the_gateway_runs_without_importing_torch() -> None:
         "import sys; sys.modules['torch'] = None\n"
         "import vigil.platform.cli, vigil.platform.app, vigil.platform.lifecycle\n"
         "import vigil.platform.worker.supervisor, vigil.platform.gateway.tokenizers\n"
-        "from vigil.engine.bundled import SMOLLM2, bundled_source\n"
+        "from vigil.engine.bundled import MINILM, SMOLLM2, bundled_source\n"
         "from vigil.engine.loaders.gguf import GGUFFile\n"
+        "from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer\n"
         "assert GGUFFile(bundled_source(SMOLLM2).path).tokenizer().encode('Hi')\n"
+        "assert read_embedding_tokenizer(bundled_source(MINILM).path).encode('Hi')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-1500:]

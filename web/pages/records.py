@@ -12,9 +12,8 @@ from litestar.di import NamedDependency
 from litestar.params import FromQuery, QueryParameter
 from litestar.response import Template
 
-from vigil.platform.api.admin.audit import ADMIN_ONLY_ENTITIES
 from vigil.platform.control.alerts.service import MAX_LIST
-from vigil.platform.control.audit.service import MAX_LIMIT
+from vigil.platform.control.audit.service import ADMIN_ONLY_ENTITIES, MAX_LIMIT
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.web.auth import Viewer
 from vigil.web.deps import Plane, Workers
@@ -95,15 +94,15 @@ def _workers(registry: WorkerRegistry) -> list[dict[str, Any]]:
     for replica in sorted(registry.replicas.values(), key=lambda r: r.id):
         slots = []
         for key, slot in sorted(replica.slots.items()):
-            stats = slot.stats or {}
+            stats = slot.stats.stats() if slot.stats is not None else None
             slots.append(
                 {
                     "key": key,
                     "state": slot.state,
                     "progress": slot.progress,
-                    "waiting": stats.get("num_waiting"),
-                    "running": stats.get("num_running"),
-                    "kv": stats.get("kv_cache_usage"),
+                    "waiting": stats.num_waiting if stats else None,
+                    "running": stats.num_running if stats else None,
+                    "kv": stats.kv_cache_usage if stats else None,
                     "costs": slot.costs.costs() if slot.costs is not None else None,
                 }
             )

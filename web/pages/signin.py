@@ -1,5 +1,5 @@
-"""Signing in and out. The sign-in checks a user's password through the admin API's
-rules (`sign_in`: the per-username and per-address throttle, lockouts audited), then
+"""Signing in and out. The sign-in checks a user's password by the admin API's rules
+(gateway/sign_in.py: the per-username and per-address throttle, lockouts audited), then
 starts a session under a new id; a sign-in and a sign-out are audit entries about the
 user. "Sign out everywhere" ends every session of the signed-in user, this one included
 (on a shared or lost computer, say)."""
@@ -13,8 +13,9 @@ from litestar import Controller, Request, get, post
 from litestar.params import QueryParameter
 from litestar.response import Redirect, Response, Template
 
-from vigil.platform.api.admin.auth import client_address, sign_in
+from vigil.platform.connection import client_address
 from vigil.platform.errors import RateLimited, Unauthorized
+from vigil.platform.gateway.sign_in import sign_in
 from vigil.web.auth import PUBLIC, Viewer, session_for
 from vigil.web.deps import Plane, SignIns
 from vigil.web.render import render, viewer_of

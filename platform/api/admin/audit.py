@@ -12,9 +12,7 @@ from msgspec import Struct, convert
 from vigil.platform.api.admin.deps import Plane, User
 from vigil.platform.api.admin.responses import error_responses
 from vigil.platform.control.access.records import Role
-from vigil.platform.control.audit.service import MAX_LIMIT
-
-ADMIN_ONLY_ENTITIES = frozenset({"user", "key"})
+from vigil.platform.control.audit.service import ADMIN_ONLY_ENTITIES, MAX_LIMIT
 
 
 class AuditOut(Struct, kw_only=True):

@@ -6,7 +6,7 @@ connection's state, where `provide_actor` finds the name the audit log records.
 
 Browsers send Basic credentials by themselves once a user has typed them, so a page on
 another site could make an admin's browser send a write. `same_site_only` refuses
-writes a browser marks as coming from another site (Sec-Fetch-Site, Origin) and bodies
+writes a browser marks as coming from another site (platform/connection.py) and bodies
 that are not `application/json`, which no cross-site form or simple request can send.
 Scripts and CLIs, which send neither header, are unaffected.
 """
@@ -16,32 +16,23 @@ from __future__ import annotations
 import base64
 import binascii
 from typing import Any
-from urllib.parse import urlsplit
 
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
+from vigil.platform.connection import UNSAFE_METHODS, client_address, refuse_cross_site
 from vigil.platform.control.access.records import Role, UserRecord
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.errors import (
-    NotFound,
-    PermissionDenied,
-    RateLimited,
-    Unauthorized,
-    UnsupportedMediaType,
-)
-from vigil.platform.gateway.throttle import Held, Refusal, SignInThrottle
+from vigil.platform.errors import PermissionDenied, Unauthorized, UnsupportedMediaType
+from vigil.platform.gateway.sign_in import sign_in
+from vigil.platform.gateway.throttle import SignInThrottle
 
 _STATE_KEY = "admin_user"
 # A route's `opt` for the least role it needs, when that is more than viewer.
 OPERATOR = {"role": Role.OPERATOR}
 ADMIN = {"role": Role.ADMIN}
-
-
-UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-SAME_SITE = frozenset({"same-origin", "none"})  # Sec-Fetch-Site of a page's own, or typed
 
 
 def same_site_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -56,22 +47,6 @@ def same_site_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteH
             f"The admin API takes JSON bodies: send 'Content-Type: application/json' "
             f"(got {media_type or 'none'!r}).",
             code="unsupported_media_type",
-        )
-
-
-def refuse_cross_site(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
-    """A write a browser marks as coming from another site is refused (the console's
-    forms carry a CSRF token as well; this holds even if one leaked)."""
-    headers = connection.headers
-    site = headers.get("sec-fetch-site")
-    origin = headers.get("origin")
-    if (site is not None and site not in SAME_SITE) or (
-        origin is not None and urlsplit(origin).netloc != headers.get("host")
-    ):
-        raise PermissionDenied(
-            f"A write to the admin API from another site ({origin or site}) is refused: "
-            "call it from a script, the CLI or this server's own console.",
-            code="cross_site_request",
         )
 
 
@@ -115,59 +90,6 @@ def admin_guard(plane: ControlPlane, throttle: SignInThrottle) -> Guard:
         connection.state[_STATE_KEY] = user
 
     return guard
-
-
-async def sign_in(
-    plane: ControlPlane, throttle: SignInThrottle, username: str, password: str, address: str
-) -> UserRecord:
-    """The user, unless the password is wrong or the throttle refuses the attempt (then
-    the password is not even checked). A lockout is written to the audit log once per
-    window, with its count of failures; for a username, only if the user exists."""
-    attempt = await throttle.reserve(username, address)
-    if isinstance(attempt, Refusal):
-        raise RateLimited(
-            refusal_message(attempt),
-            code="too_many_sign_in_failures",
-            retry_after_s=attempt.retry_after_s,
-        )
-    try:
-        user = await plane.users.authenticate(username, password)
-    except Exception:
-        await throttle.abandoned(attempt)
-        raise
-    # (Cancelled while the hash is checked, the attempt keeps its slots: as a failure.)
-    if user is not None:
-        await throttle.succeeded(attempt)
-        return user
-    for lockout in attempt.lockouts:
-        if lockout.what is Held.USERNAME and not await _exists(plane, username):
-            continue  # made-up names: the address's lockout says enough
-        details = {lockout.what.value: lockout.who, "failures": lockout.num_failures}
-        await plane.audit.record("system", "sign_in.locked_out", "user", username, details)
-    raise Unauthorized(
-        "Wrong username or password, or the user is disabled.",
-        code="invalid_credentials",
-        scheme="Basic",
-    )
-
-
-def refusal_message(refusal: Refusal) -> str:
-    wait = f"retry in {refusal.retry_after_s} s"
-    if refusal.what is Held.ADDRESS:
-        return f"Too many failed sign-ins from {refusal.who}; {wait}."
-    return f"Too many failed sign-ins for '{refusal.who}' from this address; {wait}."
-
-
-async def _exists(plane: ControlPlane, username: str) -> bool:
-    try:
-        await plane.users.get(username)
-    except NotFound:
-        return False
-    return True
-
-
-def client_address(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
-    return connection.client.host if connection.client else "unknown"
 
 
 def provide_user(request: Request[Any, Any, Any]) -> UserRecord:

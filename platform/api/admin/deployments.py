@@ -5,6 +5,7 @@ is stale."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Annotated, Any
@@ -32,7 +33,6 @@ from vigil.platform.control.specs import (
     LongPromptPool,
     SLOTargets,
     VersionRef,
-    default_limits,
 )
 
 WRITE_ERRORS = write_responses(400, 404, 409)
@@ -162,12 +162,13 @@ def _key_out(ref: VersionRef) -> VersionKeyOut:
     return VersionKeyOut(model=ref.model, version=ref.version)
 
 
-def new_draft(body: DeploymentIn) -> DeploymentDraft:
+def new_draft(body: DeploymentIn, limits: Mapping[Priority, ClassLimits]) -> DeploymentDraft:
+    """`limits`: the deployment's when the body has none (the gateway's defaults)."""
     return DeploymentDraft(
         stable=VersionKey(body.model, body.version),
         max_prompt_tokens=body.max_prompt_tokens,
         max_tokens=body.max_tokens,
-        limits=_limits(body.limits) if body.limits is not None else default_limits(),
+        limits=_limits(body.limits) if body.limits is not None else limits,
         fallback=_fallback(body.fallback),
         long_prompt_pool=_pool(body.long_prompt_pool),
     )
@@ -230,7 +231,8 @@ class DeploymentController(Controller):
         self, plane: Plane, actor: Actor, data: JSONBody[DeploymentIn]
     ) -> DeploymentOut:
         slo = SLOTargets(**structs.asdict(data.slo)) if data.slo is not None else None
-        record = await plane.deployments.create(data.name, new_draft(data), slo=slo, actor=actor)
+        draft = new_draft(data, plane.default_limits)
+        record = await plane.deployments.create(data.name, draft, slo=slo, actor=actor)
         return deployment_out(record)
 
     @get("/{name:str}", summary="A deployment", responses=error_responses(404))

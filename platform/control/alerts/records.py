@@ -20,6 +20,25 @@ from vigil.platform.control.db import aware
 ALERT_NAME = "VigilSLOBurn"
 NOT_ENDED = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
 
+# Links are paths on the gateway: the deliverer makes them absolute with the gateway's
+# external URL (alerts/links.py), so a message written before that URL changed carries
+# the new one. Runbooks are docs/runbooks/<name>.md, served at /runbooks/<name>.
+RUNBOOK_OF_SLI = {
+    "ttft": "slo-burn",
+    "tokens_per_s": "slo-burn",
+    "availability": "availability-burn",
+    "shed": "interactive-shedding",
+}
+RUNBOOK_OF_DECISION = {
+    "shed_batch": "slo-burn",
+    "fallback": "slo-burn",
+    "rollback": "canary-rollback",
+}
+
+
+def runbook_path(name: str) -> str:
+    return f"/runbooks/{name}"
+
 
 def fingerprint_of(labels: Mapping[str, str]) -> str:
     """A hash of the labels, like Alertmanager's: stable across episodes of the same
@@ -76,10 +95,11 @@ class AlertRecord:
             "annotations": {
                 "summary": self.summary,
                 "description": ", ".join(f"{k}={v}" for k, v in sorted(self.details.items())),
+                "runbook_url": runbook_path(RUNBOOK_OF_SLI.get(self.sli, "slo-burn")),
             },
             "startsAt": self.starts_at.isoformat(),
             "endsAt": self.ends_at.isoformat() if self.ends_at is not None else NOT_ENDED,
-            "generatorURL": f"/api/admin/slo/{self.deployment}",
+            "generatorURL": f"/console/slos/{self.deployment}",
             "fingerprint": self.fingerprint,
         }
 
@@ -122,9 +142,12 @@ class DecisionRecord:
         return {
             "status": "firing" if ongoing else "resolved",
             "labels": labels,
-            "annotations": {"summary": self.reason},
+            "annotations": {
+                "summary": self.reason,
+                "runbook_url": runbook_path(RUNBOOK_OF_DECISION.get(self.kind, "slo-burn")),
+            },
             "startsAt": began.isoformat(),
             "endsAt": NOT_ENDED if ongoing else at,
-            "generatorURL": "/api/admin/decisions",
+            "generatorURL": "/console/decisions",
             "fingerprint": fingerprint_of(labels),
         }

@@ -9,6 +9,9 @@ from vigil.platform.control.db import Service
 from vigil.platform.errors import InvalidRequest
 
 MAX_LIMIT = 1000
+# Users and API keys are an admin's to read, and so are the entries about them (the
+# admin API and the console hide them from other roles alike).
+ADMIN_ONLY_ENTITIES = frozenset({"user", "key"})
 
 
 class AuditService(Service):

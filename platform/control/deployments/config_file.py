@@ -20,8 +20,10 @@ declared as TOML, checked with errors that name the entry to fix.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.engine.request import Priority
@@ -37,12 +39,19 @@ from vigil.platform.control.specs import (
     default_limits,
 )
 
+E = TypeVar("E", bound=Enum)
+
 
 class ConfigError(ValueError):
     """The deployments file says something Vigil cannot use; the message says where."""
 
 
-def load_deployments(path: Path, bundled_models: set[str]) -> list[DeploymentSpec]:
+def load_deployments(
+    path: Path, bundled_models: set[str], limits: Mapping[Priority, ClassLimits] | None = None
+) -> list[DeploymentSpec]:
+    """`limits`: what a deployment's classes get for what its entry leaves out (none:
+    `default_limits()`)."""
+    limits = default_limits() if limits is None else limits
     try:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -59,7 +68,10 @@ def load_deployments(path: Path, bundled_models: set[str]) -> list[DeploymentSpe
                 f"{', '.join(sorted(bundled_models))})"
             )
         versions[(v.model, v.version)] = v
-    specs = [_spec(entry, versions, f"{path}: deployments[{i}]") for i, entry in enumerate(entries)]
+    specs = [
+        _spec(entry, versions, limits, f"{path}: deployments[{i}]")
+        for i, entry in enumerate(entries)
+    ]
     _check_references(specs, path)
     return specs
 
@@ -83,14 +95,23 @@ def _version(entry: dict[str, Any], where: str) -> VersionRef:
         return VersionRef(
             model=str(entry["model"]),
             version=str(entry["version"]),
-            kind=ModelKind(entry.get("kind", "generate")),
-            format=ModelFormat(entry.get("format", "gguf")),
+            kind=_choice(ModelKind, entry.get("kind", "generate"), "kind", where),
+            format=_choice(ModelFormat, entry.get("format", "gguf"), "format", where),
             artifact=str(entry["artifact"]),
             checksum=entry.get("checksum"),
             params=tuple(sorted(dict(entry.get("params", {})).items())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc!r}") from exc
+
+
+def _choice(kind: type[E], value: object, field: str, where: str) -> E:
+    """An enum field's value, or an error that lists the valid ones."""
+    try:
+        return kind(value)
+    except ValueError:
+        valid = ", ".join(str(member.value) for member in kind)
+        raise ConfigError(f"{where}: {field} = {value!r} is not one of {valid}") from None
 
 
 def _lookup(
@@ -127,14 +148,17 @@ def _weighted(
 
 
 def _spec(
-    entry: dict[str, Any], versions: dict[tuple[str, str], VersionRef], where: str
+    entry: dict[str, Any],
+    versions: dict[tuple[str, str], VersionRef],
+    defaults: Mapping[Priority, ClassLimits],
+    where: str,
 ) -> DeploymentSpec:
     try:
         model = str(entry.get("model", entry["name"]))
         stable = _lookup(versions, model, entry.get("version"), where)
         canary, weight = _weighted(entry, "canary", versions, model, where)
         shadow, shadow_weight = _weighted(entry, "shadow", versions, model, where)
-        limits = default_limits()
+        limits = dict(defaults)
         for priority in Priority:
             if priority.label in entry:
                 section, base = entry[priority.label], limits[priority]
@@ -146,7 +170,9 @@ def _spec(
         if "fallback" in entry:
             fb = entry["fallback"]
             fallback = FallbackSpec(
-                str(fb["deployment"]), FallbackTrigger(fb["trigger"]), float(fb["threshold_s"])
+                str(fb["deployment"]),
+                _choice(FallbackTrigger, fb["trigger"], "fallback.trigger", where),
+                float(fb["threshold_s"]),
             )
         pool = LongPromptPool(**entry["long_prompt_pool"]) if "long_prompt_pool" in entry else None
         return DeploymentSpec(

@@ -21,15 +21,18 @@ from vigil.platform.control.specs import VersionRef
 from vigil.platform.errors import InvalidRequest
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+TOOL_PARSERS = ("hermes", "llama3_json")  # gateway/tool_formats.py's ToolFormat
 
 
 def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A version's params: dtype, quantization and the sampling defaults a request may
-    override."""
+    """A version's params: dtype, quantization, the sampling defaults a request may
+    override, and how its tool calls are written (gateway/tool_formats.py)."""
     checked: dict[str, Any] = {}
     for name, value in params.items():
-        if (name == "dtype" and value in DTYPES) or (
-            name == "quantization" and value in QUANTIZATIONS
+        if (
+            (name == "dtype" and value in DTYPES)
+            or (name == "quantization" and value in QUANTIZATIONS)
+            or (name == "tool_parser" and value in TOOL_PARSERS)
         ):
             checked[name] = value
         elif (name == "temperature" and _number(value) and 0 <= value <= 2) or (
@@ -58,7 +61,7 @@ def _bad_param(name: str, value: Any) -> InvalidRequest:
         f"dtype ({', '.join(DTYPES)}), quantization ({', '.join(QUANTIZATIONS)}), "
         "temperature (0 to 2), top_p (above 0, at most 1), "
         "top_k (an integer, -1 or 0 for none), max_tokens (at least 1: the cap of a "
-        "request that sets none)"
+        f"request that sets none), tool_parser ({', '.join(TOOL_PARSERS)})"
     )
     return InvalidRequest(
         f"params.{name} = {value!r} is not allowed; a version's params are {allowed}",

@@ -183,7 +183,7 @@ class OutboxService(Service):
                 "annotations": {"summary": "A test event sent from Vigil's admin API."},
                 "startsAt": now.isoformat(),
                 "endsAt": now.isoformat(),
-                "generatorURL": "",
+                "generatorURL": "/console/alerts",
                 "fingerprint": uuid.uuid4().hex[:16],
             }
             message = OutboxMessage(

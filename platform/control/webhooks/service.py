@@ -64,7 +64,7 @@ class WebhookService(Service):
             secret=secret,
             events=_check_events(events),
             enabled=enabled,
-            format=WebhookFormat(format).value,
+            format=_check_format(url, WebhookFormat(format)).value,
         )
         try:
             async with self._sessions.begin() as session:
@@ -108,6 +108,8 @@ class WebhookService(Service):
                 row.enabled = enabled
             if format is not None:
                 row.format = WebhookFormat(format).value
+            if url is not None or format is not None:
+                _check_format(row.url, WebhookFormat(row.format))
             after = _snapshot(row)
             # The snapshots carry the URL redacted: a change of its path alone is one too.
             changed = after != before or row.url != url_before
@@ -182,6 +184,34 @@ def _check_url(url: str, policy: WebhookAddressPolicy) -> str:
             code="forbidden_address",
         )
     return url
+
+
+ALERTMANAGER_API_PATH = "/api/v2/alerts"
+
+
+def _check_format(url: str, format: WebhookFormat) -> WebhookFormat:
+    """An Alertmanager takes alerts at /api/v2/alerts and answers any other path with
+    405, and that path takes a list of alerts, not a webhook payload: a URL and a format
+    that do not fit are refused here, naming the fix, rather than failing every delivery."""
+    parts = urlsplit(url)
+    at_api = parts.path.rstrip("/").endswith(ALERTMANAGER_API_PATH)
+    if format is WebhookFormat.ALERTMANAGER_API and not at_api:
+        host = parts.netloc.rpartition("@")[2]
+        right = f"{parts.scheme}://{host}{parts.path.rstrip('/')}{ALERTMANAGER_API_PATH}"
+        raise InvalidRequest(
+            f"an Alertmanager takes alerts at {ALERTMANAGER_API_PATH} (any other path "
+            f"answers 405): give the whole URL, such as {right!r}",
+            param="url",
+            code="alertmanager_path",
+        )
+    if format is WebhookFormat.ALERTMANAGER_WEBHOOK and at_api:
+        raise InvalidRequest(
+            f"a URL ending in {ALERTMANAGER_API_PATH} is an Alertmanager's API, which takes "
+            "alerts, not a webhook payload: send format 'alertmanager_api' with it",
+            param="format",
+            code="alertmanager_path",
+        )
+    return format
 
 
 def _check_events(events: Sequence[str]) -> list[str]:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from vigil.engine.bundled import MINILM, bundled_source
 from vigil.engine.loaders.embedder import EmbeddingModel, load_embedding_model
+from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer
 from vigil.engine.model.config import Pooling
 
 pytestmark = pytest.mark.slow
@@ -86,11 +87,18 @@ def test_padded_batch_equals_each_text_alone(minilm: EmbeddingModel) -> None:
     assert (batched - alone).abs().max().item() < 1e-5
 
 
-def test_count_tokens_includes_cls_and_sep_and_never_truncates(minilm: EmbeddingModel) -> None:
-    assert minilm.count_tokens("") == 2
-    assert minilm.count_tokens("A man is eating food.") == 8  # 6 word pieces + [CLS] [SEP]
-    assert minilm.count_tokens(SENTENCES[-1]) > 128
+def test_tokens_include_cls_and_sep_and_are_never_truncated(minilm: EmbeddingModel) -> None:
+    empty, food, long = (len(row) for row in minilm.tokenize(["", SENTENCES[0], SENTENCES[-1]]))
+    assert (empty, food) == (2, 8)  # 6 word pieces + [CLS] [SEP]
+    assert long > 128
     assert (minilm.dim, minilm.max_seq_len) == (384, 256)
+
+
+def test_the_tokenizer_read_alone_gives_the_models_ids_and_window(minilm: EmbeddingModel) -> None:
+    """What the gateway tokenizes with: the same ids the model would make, no weights read."""
+    tokenizer = read_embedding_tokenizer(bundled_source(MINILM).path)
+    assert [tokenizer.encode(t) for t in SENTENCES] == minilm.tokenize(SENTENCES)
+    assert tokenizer.max_input_tokens == minilm.max_seq_len
 
 
 def test_too_long_text_raises_with_limit_in_message(minilm: EmbeddingModel) -> None:

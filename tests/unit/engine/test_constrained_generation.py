@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from vigil.engine.async_engine import AsyncLLMEngine
-from vigil.engine.grammar import GrammarError, GrammarMasks
+from vigil.engine.grammar import GrammarError
+from vigil.engine.grammar_masks import GrammarMasks
 from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.request import (
     Constraint,

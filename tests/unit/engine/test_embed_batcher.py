@@ -96,7 +96,8 @@ async def test_concurrent_requests_are_batched_and_get_their_own_results(
     embedder = AsyncEmbedder(minilm, BatcherConfig(max_batch_size=8, max_wait_ms=20.0))
     embedder.start()
     try:
-        results = await asyncio.gather(*(embedder.embed([s]) for s in SENTENCES))
+        rows = minilm.tokenize(SENTENCES)
+        results = await asyncio.gather(*(embedder.embed_ids([row]) for row in rows))
         stats = embedder.stats()
     finally:
         embedder.stop()
@@ -115,7 +116,7 @@ async def test_request_with_several_texts_gets_results_in_order(minilm: Embeddin
     embedder.start()
     try:
         texts = ["a cat", "A much longer sentence about dogs and parks.", "tea"]
-        result = await embedder.embed(texts)
+        result = await embedder.embed_ids(minilm.tokenize(texts))
     finally:
         embedder.stop()
     expected = minilm.embed(texts)
@@ -124,17 +125,22 @@ async def test_request_with_several_texts_gets_results_in_order(minilm: Embeddin
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("texts", "message"),
-    [([], "at least one text"), (["ok", None], "not a string"), (["x " * 300], "at most 256")],
+    ("rows", "message"),
+    [
+        ([], "at least one text"),
+        ([[101, 102], [101] * 257], r"input\[1\] has 257 tokens.*limit of 256"),
+        ([[101, 30522, 102]], r"input\[0\] is not token ids of this model"),
+        ([[101, 102], []], r"input\[1\] is not token ids"),
+    ],
 )
-async def test_bad_input_raises_before_queueing(
-    minilm: EmbeddingModel, texts: list[str], message: str
+async def test_ids_the_model_cannot_embed_are_refused_before_queueing(
+    minilm: EmbeddingModel, rows: list[list[int]], message: str
 ) -> None:
     embedder = AsyncEmbedder(minilm, BatcherConfig())
     embedder.start()
     try:
         with pytest.raises(ValueError, match=message):
-            await embedder.embed(texts)
+            await embedder.embed_ids(rows)
         assert embedder.stats().num_batches == 0
     finally:
         embedder.stop()
@@ -145,7 +151,7 @@ async def test_stop_fails_waiting_requests(minilm: EmbeddingModel) -> None:
     # A long max_wait keeps the item waiting until stop() arrives.
     embedder = AsyncEmbedder(minilm, BatcherConfig(max_wait_ms=60_000.0))
     embedder.start()
-    task = asyncio.create_task(embedder.embed(["never embedded"]))
+    task = asyncio.create_task(embedder.embed_ids(minilm.tokenize(["never embedded"])))
     await asyncio.sleep(0)
     embedder.stop()
     with pytest.raises(RuntimeError, match="stopped"):

@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from vigil.engine.grammar import GrammarCompiler, GrammarError, GrammarMasks
+from vigil.engine.grammar import GrammarCompiler, GrammarError
+from vigil.engine.grammar_masks import GrammarMasks
 from vigil.engine.limits import RequestRejected
 from vigil.engine.request import Constraint, ConstraintKind, SamplingParams
 from vigil.engine.sampler import GrammarRows, make_generator, sample

@@ -26,7 +26,8 @@ from tokenizers import pre_tokenizers, processors
 
 from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
 from vigil.engine.loaders.embedder import EmbeddingModel, load_embedding_model
-from vigil.engine.loaders.sentence_transformers import read_pipeline
+from vigil.engine.loaders.embedder_tokenizer import read_window
+from vigil.engine.loaders.sentence_transformers import read_max_seq_len, read_pipeline
 from vigil.engine.model.config import Pooling as VigilPooling
 
 VOCAB = 300
@@ -151,7 +152,7 @@ def test_either_spelling_of_the_pooling_is_read(
 ) -> None:
     write_pipeline(tmp_path, pooling, ["Transformer", "Pooling"])
     pipeline = read_pipeline(tmp_path, 64)
-    assert (pipeline.pooling, pipeline.normalize, pipeline.max_seq_len) == (expected, False, None)
+    assert (pipeline.pooling, pipeline.normalize) == (expected, False)
 
 
 @pytest.mark.parametrize(
@@ -172,12 +173,15 @@ def test_what_cannot_be_served_as_the_folder_says_is_refused(
         read_pipeline(tmp_path, 64)
 
 
-def test_the_length_limit_is_read_from_either_file(tmp_path: Path) -> None:
-    write_pipeline(tmp_path, {"pooling_mode": "mean"}, ["Transformer", "Pooling", "Normalize"])
+def test_the_length_limit_is_read_from_either_file_within_the_positions(tmp_path: Path) -> None:
+    config = {"model_type": "qwen2"} | SHAPE | {"num_key_value_heads": 2}  # 128 positions
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 1e30}))
-    assert read_pipeline(tmp_path, 64).max_seq_len is None  # transformers' "no limit"
+    assert read_max_seq_len(tmp_path) is None  # transformers' "no limit"
+    assert read_window(tmp_path, config) == 128
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 96}))
-    assert read_pipeline(tmp_path, 64).max_seq_len == 96
+    assert read_window(tmp_path, config) == 96
     (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 80}))
-    pipeline = read_pipeline(tmp_path, 64)
-    assert (pipeline.max_seq_len, pipeline.normalize) == (80, True)
+    assert read_window(tmp_path, config) == 80
+    roberta = {"model_type": "xlm-roberta"} | SHAPE  # positions from padding_idx + 1 = 1
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512}))
+    assert read_window(tmp_path, roberta) == 127

@@ -22,3 +22,12 @@ def test_a_text_over_the_limit_is_counted_not_returned(smollm2_tokenizer: Tokeni
     with pytest.raises(TooManyTokens) as caught:
         smollm2_tokenizer.encode(long, max_tokens=n - 1)
     assert caught.value.num_tokens == n
+
+
+@pytest.mark.parametrize("text", ["Hello world", "café 日本 ✓", "\n\n  x", "naïve 🙂!"])
+def test_each_tokens_bytes_join_into_the_texts_utf8(
+    smollm2_tokenizer: Tokenizer, text: str
+) -> None:
+    """A token may hold part of a character: its bytes are exact where its text is not."""
+    ids = smollm2_tokenizer.encode(text)
+    assert b"".join(smollm2_tokenizer.token_bytes(i) for i in ids) == text.encode()

@@ -397,6 +397,14 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
         ),
         (
             "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "params": {"tool_parser": "x"}},
+            400,
+            "params.tool_parser",
+            "tool_parser (hermes, llama3_json)",
+        ),
+        (
+            "POST",
             "/api/admin/models/ghost/versions",
             {"version": "v2", "artifact": f"bundled:{SMOLLM2}"},
             404,
@@ -481,6 +489,70 @@ async def test_errors_say_what_to_fix(
     error = error_of(response)
     assert error["param"] == param
     assert mentions in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "param", "valid"),
+    [
+        (
+            "POST",
+            "/api/admin/deployments",
+            {
+                "name": "x",
+                "model": SMOLLM2,
+                "version": BUNDLED.version,
+                "fallback": {"deployment": SMOLLM2, "trigger": "soon", "threshold_s": 1},
+            },
+            "fallback.trigger",
+            "queue_wait, predicted_ttft",
+        ),
+        (
+            "PATCH",
+            DEPLOYMENT,
+            {
+                "revision": 1,
+                "fallback": {"deployment": SMOLLM2, "trigger": "soon", "threshold_s": 1},
+            },
+            "fallback.trigger",
+            "queue_wait, predicted_ttft",
+        ),
+        (
+            "POST",
+            "/api/admin/webhooks",
+            {"name": "w", "url": "https://pager.example/", "events": ["shed"], "format": "slack"},
+            "format",
+            "alertmanager_webhook, alertmanager_api",
+        ),
+        ("GET", "/api/admin/alerts?state=open", None, "state", "firing, resolved"),
+        (
+            "POST",
+            "/api/admin/users",
+            {"username": "u", "password": "a long password", "role": "root"},
+            "role",
+            "viewer, operator, admin",
+        ),
+        (
+            "POST",
+            "/api/admin/keys",
+            {"name": "k", "priority": "urgent"},
+            "priority",
+            "batch, interactive",
+        ),
+    ],
+)
+async def test_an_invalid_enum_value_gets_a_400_that_lists_the_valid_ones(
+    client: AsyncTestClient[Litestar],
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    param: str,
+    valid: str,
+) -> None:
+    response = await client.request(method, path, json=body, headers=ROOT)
+    assert response.status_code == 400, response.text
+    error = error_of(response)
+    assert error["param"] == param  # as the client names it (a query parameter's alias)
+    assert f"valid values: {valid}." in error["message"], error["message"]
 
 
 # ---- webhooks, keys, users

@@ -23,12 +23,14 @@ from vigil.platform.control.specs import (
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
 from vigil.platform.forecast.first_token import EngineLoad, Waiting
 from vigil.platform.gateway.admission import (
+    RETRY_AFTER_DEFAULT_S,
     TTFT_HEADROOM,
     Admission,
     LoadSnapshot,
     Reason,
     Verdict,
     decide,
+    decide_embedding,
     retry_after,
     shed_error,
 )
@@ -134,6 +136,14 @@ def test_streams_too_slow_for_the_tokens_per_second_target_shed_new_work() -> No
     assert decide(I, 10, load(running=(5,), costs=slow), SPEC).verdict is Verdict.ADMIT
 
 
+def test_a_request_of_n_choices_joins_the_batch_as_n_sequences() -> None:
+    slow = replace(COSTS, decode=(DecodePoint(1, 0.1), DecodePoint(8, 0.25)))
+    one_running = load(running=(5,), costs=slow)
+    assert decide(I, 10, one_running, SPEC, num_seqs=1).verdict is Verdict.ADMIT  # 2: 8 tok/s
+    a = decide(I, 10, one_running, SPEC, num_seqs=6)  # a batch of 7: 4 tokens/s
+    assert (a.verdict, a.reason) == (Verdict.SHED, Reason.SLO_TOKENS_PER_S)
+
+
 def test_without_step_costs_nothing_is_forecast_and_the_request_is_admitted() -> None:
     a = decide(I, 8000, load(waiting=(4000, 0), costs=None), SPEC)
     assert a.verdict is Verdict.ADMIT and a.predicted_ttft_s is None
@@ -187,3 +197,19 @@ def test_a_prompt_the_prefix_cache_holds_is_forecast_for_its_other_tokens_only()
     cached = decide(I, 1600, snap, SPEC, cached_tokens=1500)
     assert (full.verdict, cached.verdict) == (Verdict.SHED, Verdict.ADMIT)
     assert cached.predicted_ttft_s == pytest.approx(0.2, abs=0.01)  # 100 ahead + 100 own
+
+
+def test_an_embedding_is_admitted_under_its_classs_queue_bound_and_shed_at_it() -> None:
+    assert decide_embedding(I, {I: 3, B: 8}, SPEC).verdict is Verdict.ADMIT
+    full = decide_embedding(I, {I: 4, B: 0}, SPEC)
+    assert (full.verdict, full.reason) == (Verdict.SHED, Reason.QUEUE_FULL)
+    assert full.retry_after_s == RETRY_AFTER_DEFAULT_S  # no step costs: no forecast
+    assert shed_error(SPEC, full).code == "overloaded_queue_full"
+    assert decide_embedding(B, {I: 4, B: 7}, SPEC).verdict is Verdict.ADMIT  # its own class
+
+
+def test_batch_embeddings_are_shed_while_the_slo_loop_sheds_batch_traffic() -> None:
+    burning = SLOActions(shed_batch=True)
+    shed = decide_embedding(B, {I: 0, B: 0}, SPEC, burning)
+    assert (shed.verdict, shed.reason) == (Verdict.SHED, Reason.SLO_BURN)
+    assert decide_embedding(I, {I: 0, B: 0}, SPEC, burning).verdict is Verdict.ADMIT

@@ -152,23 +152,3 @@ def test_a_command_run_away_from_the_servers_database_says_it_made_a_new_one(
     assert f"no database at {data_dir / 'vigil.db'}" in err and "--data-dir" in err
     assert main(["keys", "list", "--data-dir", str(data_dir)]) == 0
     assert "no database" not in capsys.readouterr().err  # found the second time
-
-
-@pytest.mark.parametrize(("command", "without"), [("serve", set()), ("worker", {"host", "port"})])
-def test_every_flag_names_the_variable_that_sets_it(command: str, without: set[str]) -> None:
-    import re
-
-    from vigil.platform import settings
-    from vigil.platform.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    parser = sub.choices[command]  # type: ignore[index]
-    source = Path(settings.__file__).read_text()
-    for action in parser._actions:
-        if action.dest in {"help", "exit_with_parent", *without}:
-            continue
-        named = re.search(r"\[((?:VIGIL|OTEL)_[A-Z_]+)", action.help or "")
-        assert named, f"--{action.dest} names no variable: {action.help}"
-        variable = named.group(1)
-        read_as = variable.removeprefix("VIGIL_")
-        assert f'"{read_as}"' in source or f'"{variable}"' in source, variable

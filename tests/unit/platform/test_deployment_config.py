@@ -8,7 +8,7 @@ import pytest
 
 from vigil.engine.request import Priority
 from vigil.platform.control.deployments.config_file import ConfigError, load_deployments
-from vigil.platform.control.specs import FallbackTrigger, SLOTargets
+from vigil.platform.control.specs import ClassLimits, FallbackTrigger, SLOTargets, default_limits
 
 MODELS = {"smollm2-135m-instruct"}
 
@@ -62,7 +62,7 @@ model = "smollm2-135m-instruct"
         (
             '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n'
             'fallback = { deployment = "a", trigger = "soon", threshold_s = 1 }',
-            "deployments[0]",
+            "deployments[0]: fallback.trigger = 'soon' is not one of queue_wait, predicted_ttft",
         ),
         (
             '[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"\n[[deployments]]\n'
@@ -129,6 +129,11 @@ shadow = { version = "next", weight = 25 }
             "no version 'nope'",
         ),
         (
+            '[[versions]]\nmodel = "smollm2-135m-instruct"\nversion = "1"\nartifact = "x"\n'
+            'format = "onnx"\n[[deployments]]\nname = "a"\nmodel = "smollm2-135m-instruct"',
+            "format = 'onnx' is not one of gguf, hf",
+        ),
+        (
             '[[versions]]\nmodel = "gpt-9"\nversion = "1"\nartifact = "x"\n[[deployments]]\n'
             'name = "a"\nmodel = "smollm2-135m-instruct"',
             "unknown model 'gpt-9'",
@@ -138,3 +143,21 @@ shadow = { version = "next", weight = 25 }
 def test_bad_versions_say_what_is_wrong(tmp_path: Path, text: str, mentions: str) -> None:
     with pytest.raises(ConfigError, match=mentions):
         load_deployments(write(tmp_path, text), MODELS)
+
+
+def test_what_an_entry_leaves_out_of_its_limits_comes_from_the_gateways_defaults(
+    tmp_path: Path,
+) -> None:
+    """`vigil serve --max-queue-wait 5`: interactive waits 5 s, batch 4 times as long,
+    unless the entry says otherwise."""
+    path = write(
+        tmp_path,
+        '[[deployments]]\nname = "chat"\nmodel = "smollm2-135m-instruct"\n'
+        "interactive = { max_queue = 8 }\n"
+        "batch = { max_queue_wait_s = 60 }\n",
+    )
+    (chat,) = load_deployments(path, MODELS, default_limits(5.0))
+    assert chat.limits[Priority.INTERACTIVE] == ClassLimits(max_queue=8, max_queue_wait_s=5.0)
+    assert chat.limits[Priority.BATCH] == ClassLimits(max_queue=256, max_queue_wait_s=60.0)
+    (same,) = load_deployments(path, MODELS)  # without the gateway's: the built-in ones
+    assert same.limits[Priority.INTERACTIVE].max_queue_wait_s == 30.0

@@ -12,7 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import FakeEmbedder, FakeWorkers, Gateway, ScriptedEngine, running_gateway
+from fakes import (
+    FakeEmbedder,
+    FakeWorkers,
+    Gateway,
+    ScriptedEngine,
+    minilm_tokenizer,
+    running_gateway,
+)
 
 from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.platform.control.specs import bundled_version
@@ -48,6 +55,11 @@ format = "hf"
 name = "search"
 model = "{MINILM}"
 canary = {{ version = "v2", weight = 50 }}
+
+[[deployments]]
+name = "burst"
+model = "{MINILM}"
+interactive = {{ max_queue = 2, max_queue_wait_s = 30 }}
 """
 
 
@@ -196,18 +208,79 @@ async def test_a_ten_percent_canary_serves_exactly_one_in_ten(
 async def test_embeddings_come_back_in_order_and_a_long_input_is_named(
     gateway: Gateway, client: httpx.AsyncClient
 ) -> None:
-    r = await client.post("/v1/embeddings", json={"model": MINILM, "input": ["a b", "ccc"]})
+    r = await client.post("/v1/embeddings", json={"model": MINILM, "input": ["a b", "ok"]})
     assert r.status_code == 200, r.text
-    assert [d["embedding"] for d in r.json()["data"]] == [[3.0, 1.0], [3.0, 1.0]]
-    assert r.json()["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    # The fake's vectors: each row's length in MiniLM tokens, [CLS] and [SEP] included.
+    assert [d["embedding"] for d in r.json()["data"]] == [[4.0, 1.0], [3.0, 1.0]]
+    assert r.json()["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
     assert r.headers["x-vigil-served-by"] == EMBED.replace("@", "/")
-    too_long = "word " * 20
+    too_long = "word " * 300  # 302 tokens, over MiniLM's 256
     one = await client.post("/v1/embeddings", json={"model": MINILM, "input": too_long})
     assert one.status_code == 400 and one.json()["error"]["param"] == "input"
+    assert "'input' has 302 tokens" in one.json()["error"]["message"]
     listed = await client.post("/v1/embeddings", json={"model": MINILM, "input": ["ok", too_long]})
+    assert listed.status_code == 400
     assert listed.json()["error"]["param"] == "input[1]"
+    assert listed.json()["error"]["code"] == "context_length_exceeded"
     wrong = await client.post("/v1/embeddings", json={"model": "chat", "input": "hi"})
     assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "wrong_model_kind"
+
+
+async def test_an_embedding_request_is_tokenized_once_at_the_gateway_and_sent_as_ids(
+    gateway: Gateway, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer = minilm_tokenizer()
+    encode, encoded = tokenizer.encode, []
+
+    def counted(text: str, max_tokens: int | None = None) -> list[int]:
+        encoded.append(text)
+        return encode(text, max_tokens)
+
+    monkeypatch.setattr(tokenizer, "encode", counted)
+    embedders = [gateway.workers.workers[w].engines[EMBED] for w in ("w1", "w2")]
+    before = sum(len(e.arrived) for e in embedders if isinstance(e, FakeEmbedder))
+    texts = ["a b", "ok", "a b"]
+    r = await client.post("/v1/embeddings", json={"model": MINILM, "input": texts})
+    assert r.status_code == 200, r.text
+    assert encoded == texts  # each text once, none again
+    calls = [call for e in embedders if isinstance(e, FakeEmbedder) for call in e.arrived]
+    assert len(calls) == before + 1
+    assert calls[-1] == [encode(t) for t in texts]  # the worker got the ids
+
+
+async def test_a_burst_of_embeddings_past_the_queue_bound_is_shed_with_429(
+    gateway: Gateway, client: httpx.AsyncClient
+) -> None:
+    """'burst' lets 2 interactive requests queue on its engine: a third is shed at once
+    with Retry-After, counted as a shed decision, and the first two are answered."""
+    loads = gateway.services.loads
+    gated = {w: GatedEmbedder() for w in ("w1", "w2")}
+    kept = {w: gateway.workers.workers[w].engines[EMBED] for w in gated}
+    for w, engine in gated.items():
+        gateway.workers.workers[w].engines[EMBED] = engine
+    body = {"model": "burst", "input": "a b"}
+    try:
+        held = []
+        for n in (1, 2):
+            held.append(asyncio.create_task(client.post("/v1/embeddings", json=body)))
+            await until(lambda n=n: loads.num_open() == n)
+        shed = await client.post("/v1/embeddings", json=body)
+        assert shed.status_code == 429, shed.text
+        assert shed.json()["error"]["code"] == "overloaded_queue_full"
+        assert int(shed.headers["retry-after"]) >= 1
+        for engine in gated.values():
+            engine.gate.set()
+        assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200]
+    finally:
+        for w, engine in kept.items():
+            gateway.workers.workers[w].engines[EMBED] = engine
+    sample = gateway.services.registry.get_sample_value
+    labels = {"deployment": "burst", "version": EMBED}
+    shed = labels | {"decision": "shed", "reason": "queue_full"}
+    admitted = labels | {"decision": "admitted", "reason": "ok"}
+    assert sample("vigil_admission_decisions_total", shed) == 1
+    assert sample("vigil_admission_decisions_total", admitted) == 2
+    assert (await client.post("/v1/embeddings", json=body)).status_code == 200  # room again
 
 
 @dataclass
@@ -217,10 +290,10 @@ class GatedEmbedder(FakeEmbedder):
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     calls: int = 0
 
-    async def embed(self, texts: list[str]) -> EmbedResult:
+    async def embed(self, token_ids: list[list[int]]) -> EmbedResult:
         self.calls += 1
         await self.gate.wait()
-        return await super().embed(texts)
+        return await super().embed(token_ids)
 
 
 async def test_an_embedding_in_flight_counts_on_its_worker_so_the_next_goes_elsewhere(

@@ -235,3 +235,33 @@ def test_a_stream_its_client_left_keeps_its_prompt_tokens(
     assert fields["q"]["outcome"] == "abort" and fields["q"]["prompt_tokens"] == 40
     assert fields["r"]["outcome"] == "abort" and fields["r"]["prompt_tokens"] == 100
     assert value(registry, "vigil_prompt_tokens_total", deployment="chat", version="m@1") == 100
+
+
+def test_a_lease_of_n_choices_counts_n_sequences_and_closes_after_the_last(
+    book: LoadBook,
+) -> None:
+    clock = RequestClock(time.monotonic())
+    lease = book.open(RequestId("n3"), "chat", "m@1", "m@1", "w1", I, 100, 16, clock, num_seqs=3)
+    waiting = book.snapshot("m@1", "w1", LIMITS, COSTS).engine.waiting
+    # The prompt once in full; the later choices find it in the prefix cache.
+    assert [(w.num_prompt_tokens, w.num_cached_tokens) for w in waiting] == [
+        (100, 0),
+        (100, 100),
+        (100, 100),
+    ]
+    lease.observe(TokenEvent("a", (1,), time.monotonic(), index=0))
+    lease.observe(TokenEvent("b", (2,), time.monotonic(), index=1))
+    assert len(book.snapshot("m@1", "w1", LIMITS, COSTS).engine.running) == 3
+    lease.observe(FinishEvent(FinishReason.STOP, "", 100, 1, clock, index=0))
+    assert len(book.snapshot("m@1", "w1", LIMITS, COSTS).engine.running) == 2
+    lease.observe(FinishEvent(FinishReason.LENGTH, "", 100, 1, clock, index=1))
+    assert lease.state is LeaseState.RUNNING
+    lease.observe(FinishEvent(FinishReason.STOP, "", 100, 0, clock, index=2))
+    assert lease.state is LeaseState.CLOSED and book.num_open() == 0
+
+
+def test_a_failed_choice_closes_the_lease_of_every_choice(book: LoadBook) -> None:
+    clock = RequestClock(time.monotonic())
+    lease = book.open(RequestId("f"), "chat", "m@1", "m@1", "w1", I, 100, 16, clock, num_seqs=2)
+    lease.observe(FinishEvent(FinishReason.ERROR, "", 100, 0, clock, "boom", index=1))
+    assert lease.state is LeaseState.CLOSED and book.num_open() == 0

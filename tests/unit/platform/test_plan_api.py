@@ -216,12 +216,13 @@ async def test_vigil_plan_prints_the_plan_or_says_what_is_wrong(
     beat(view.workers, "w1", COSTS)
     async with serving(asgi) as url:
 
-        def plan(*flags: str) -> int:
+        def plan(*flags: str, gateway: list[str] | None = None) -> int:
             # Heard just now: on a busy machine the worker's last beat could otherwise age
             # past the heartbeat timeout between two calls, and the plan find no worker.
             beat(view.workers, "w1", costs)
             monkeypatch.setattr("sys.stdin", io.StringIO("eve password\n"))
-            args = ["plan", "--gateway", url, "--user", "eve", "--password-stdin"]
+            given = ["--gateway", url] if gateway is None else gateway
+            args = ["plan", *given, "--user", "eve", "--password-stdin"]
             return main([*args, "--deployment", SMOLLM2, *flags])
 
         costs: CostsWire | None = COSTS
@@ -233,6 +234,14 @@ async def test_vigil_plan_prints_the_plan_or_says_what_is_wrong(
         assert "prompt mean 150 p99 600" in out
         assert await asyncio.to_thread(plan, "--rps", "3", "--json", *sizes) == 0
         assert json.loads(capsys.readouterr().out)["workers_needed"] >= 1
+        # The gateway from VIGIL_GATEWAY; with neither it nor --gateway, no silent default.
+        monkeypatch.setenv("VIGIL_GATEWAY", url)
+        assert await asyncio.to_thread(plan, "--rps", "3", *sizes, gateway=[]) == 0
+        assert "workers needed" in capsys.readouterr().out
+        monkeypatch.delenv("VIGIL_GATEWAY")
+        assert await asyncio.to_thread(plan, "--rps", "3", *sizes, gateway=[]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "--gateway URL or VIGIL_GATEWAY" in err and "Traceback" not in err
         bad = ["--prompt-tokens", "lots", "--output-tokens", "32"]
         assert await asyncio.to_thread(plan, "--rps", "3", *bad) == 2
         assert "give tokens as 200" in capsys.readouterr().err

@@ -54,11 +54,12 @@ def test_parse_bytes(text: str, expected: int) -> None:
 @pytest.mark.parametrize(
     ("flags", "mentions"),
     [
-        ({"port": "eighty"}, "port"),
-        ({"max_num_seqs": "0"}, "max_num_seqs"),
-        ({"kv_cache_memory": "lots"}, "size in bytes"),
-        ({"routing": "random"}, "routing must be 'p2c' or 'round_robin'"),
-        ({"quantization": "int3"}, r"'int3' is not supported \(none, int4, int8, auto\)"),
+        ({"port": "eighty"}, r"--port \(VIGIL_PORT\): must be a whole number, got 'eighty'"),
+        ({"max_num_seqs": "0"}, r"--max-num-seqs \(VIGIL_MAX_NUM_SEQS\): must be at least 1"),
+        ({"kv_cache_memory": "lots"}, "--kv-cache-memory .*size in bytes"),
+        ({"routing": "random"}, "--routing .*must be one of p2c, round_robin; got 'random'"),
+        ({"quantization": "int3"}, "--quantization .*must be one of none, int4, int8, auto; got"),
+        ({"device": "tpu"}, "--device .*must be auto, cpu, cuda or cuda:N, got 'tpu'"),
     ],
 )
 def test_bad_values_name_the_setting(flags: dict[str, object], mentions: str) -> None:
@@ -72,15 +73,13 @@ def test_token_budget_below_batch_size_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected_bytes", "expected_fraction"),
-    [("2GiB", 2 * 1024**3, None), ("0.5", None, 0.5), ("25%", None, 0.25), (".9", None, 0.9)],
+    ("text", "expected"),
+    [("2GiB", 2 * 1024**3), ("0.5", 0.5), ("25%", 0.25), (".9", 0.9)],
 )
-def test_kv_cache_memory_is_bytes_or_a_fraction(
-    text: str, expected_bytes: int | None, expected_fraction: float | None
-) -> None:
-    engine = serve_settings({"kv_cache_memory": text}, env={}).engine
-    assert engine.kv_cache_memory_bytes == expected_bytes
-    assert engine.kv_cache_memory_fraction == expected_fraction
+def test_kv_cache_memory_is_bytes_or_a_fraction(text: str, expected: float) -> None:
+    memory = serve_settings({"kv_cache_memory": text}, env={}).engine.kv_cache_memory
+    assert memory == expected
+    assert isinstance(memory, int) == (expected >= 1)  # an int is bytes, a float a fraction
 
 
 def test_kv_cache_fraction_outside_zero_one_is_refused() -> None:
@@ -100,10 +99,14 @@ def test_kv_cache_budget_resolves_a_fraction_of_free_memory() -> None:
     assert 0.4 * free_memory_bytes(cpu) < half < 0.6 * free_memory_bytes(cpu)
 
 
-def test_engine_settings_survive_the_trip_to_a_worker_process() -> None:
-    from vigil.platform.settings import engine_env, worker_settings
+def test_a_local_worker_is_handed_the_gateways_settings_whole() -> None:
+    from vigil.platform.settings import local_worker_settings
+    from vigil.platform.worker.handoff import decode, encode
 
     flags = {
+        "host": "0.0.0.0",
+        "auth": "keys",
+        "port": 9100,
         "kv_cache_memory": "0.25",
         "max_num_seqs": 7,
         "torch_threads": 1,
@@ -111,11 +114,24 @@ def test_engine_settings_survive_the_trip_to_a_worker_process() -> None:
         "max_model_len": 512,
         "batch_aging": 3.5,
         "quantization": "int4",
+        "log_format": "json",
+        "drain_timeout": 12,
+        "otlp_endpoint": "http://collector:4318",
     }
-    engine = serve_settings(flags, env={}).engine
-    env = {**engine_env(engine), "VIGIL_WORKER_TOKEN": "t"}
-    worker = worker_settings({"gateway": "http://127.0.0.1:1"}, env=env)
-    assert worker.engine == engine
+    serve = serve_settings(flags, env={})
+    local = local_worker_settings(serve, "the-token", cpus=8)
+    assert decode(encode(local)) == local  # one JSON value, read back as the same record
+    assert local.engine == serve.engine and local.tracing == serve.tracing
+    assert local.gateway_urls == ("http://127.0.0.1:9100",)  # a wildcard host: loopback
+    assert (local.worker_token, local.log_format, local.drain_timeout_s) == (
+        "the-token",
+        "json",
+        12,
+    )
+    assert local.exit_with_parent
+    # Several local workers share the cores when no thread count is given.
+    shared = local_worker_settings(serve_settings({"workers": 2}, env={}), "t", cpus=8)
+    assert shared.engine.torch_threads == 4
 
 
 def test_a_worker_needs_a_gateway_and_a_token() -> None:
@@ -179,7 +195,7 @@ def test_trusted_trace_parents_come_from_flags_or_a_comma_separated_variable() -
     )
     env = {"VIGIL_TRACE_PARENT_FROM": "10.1.0.0/16, 127.0.0.1"}
     assert serve_settings({}, env=env).tracing.parent_from == ("10.1.0.0/16", "127.0.0.1/32")
-    with pytest.raises(SettingsError, match="--trace-parent-from takes IP addresses"):
+    with pytest.raises(SettingsError, match=r"--trace-parent-from .*must be an IP address or CIDR"):
         serve_settings({"trace_parent_from": ["mesh.internal"]}, env={})
 
 
@@ -195,7 +211,7 @@ def test_connection_bounds_and_trusted_proxies_come_from_flags_or_variables() ->
     assert (s.max_header_bytes, s.header_timeout_s, s.max_connections) == (16 << 10, 2.5, 8)
     assert s.body_timeout_s == 30.0
     assert s.forwarded_allow_ips == ("10.0.0.5", "10.1.0.0/16")
-    with pytest.raises(SettingsError, match="max header bytes must be at least 4096"):
+    with pytest.raises(SettingsError, match=r"--max-header-bytes .*must be at least 4096 bytes"):
         serve_settings({"max_header_bytes": "100"}, {})
-    with pytest.raises(SettingsError, match="header timeout must be positive"):
+    with pytest.raises(SettingsError, match=r"--header-timeout .*must be positive"):
         serve_settings({"header_timeout": "0"}, {})

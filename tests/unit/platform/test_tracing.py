@@ -238,3 +238,38 @@ async def test_a_request_over_its_slo_is_kept_when_the_sampler_would_drop_it(
             assert r.status_code == 200
             spans = await trace_of(client, r.headers[TRACE_HEADER])
     assert {"queue", "prefill", "decode"} <= {s["name"] for s in spans}
+
+
+async def test_a_constrained_requests_grammar_compile_is_a_span_before_its_admission(
+    gateway: Gateway,
+) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    asks = [
+        {**CHAT, "response_format": {"type": "json_object"}, "n": 2, "seed": 4},
+        {**CHAT, "response_format": {"type": "json_object"}},
+        {**CHAT, "tools": tools, "tool_choice": "required"},
+    ]
+    grammar_spans = []
+    async with client_of(gateway) as client:
+        for body in asks:
+            r = await client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+            by_name = {s["name"]: s for s in await trace_of(client, r.headers[TRACE_HEADER])}
+            server, grammar = by_name[f"chat {SMOLLM2}"], by_name["grammar"]
+            assert grammar["parent_span_id"] == server["span_id"]
+            # Compiled after the request arrived and before admission decided on it.
+            assert server["start_ns"] <= grammar["start_ns"] <= grammar["end_ns"]
+            assert grammar["end_ns"] <= by_name["admission"]["end_ns"]
+            grammar_spans.append(grammar["attributes"])
+            if body is asks[0]:
+                a = server["attributes"]
+                assert a["gen_ai.output.type"] == "json" and a["gen_ai.request.choice.count"] == 2
+                assert a["gen_ai.request.seed"] == 4
+            if body is asks[2]:
+                a = server["attributes"]
+                assert (a["vigil.tools"], a["vigil.tool_choice"]) == (1, "required")
+    assert [(g["vigil.grammar.kind"], g["vigil.grammar.cached"]) for g in grammar_spans] == [
+        ("json_object", False),
+        ("json_object", True),
+        ("grammar", False),
+    ]

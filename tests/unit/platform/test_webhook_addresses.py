@@ -217,5 +217,5 @@ def test_webhook_allow_comes_from_flags_or_a_comma_separated_variable() -> None:
     assert serve_settings({}, {}).webhook_allow == ()
     with pytest.raises(SettingsError, match="webhook-allow"):
         serve_settings({"webhook_allow": ["10.0.0.0/33"]}, {})
-    with pytest.raises(SettingsError, match="webhook timeout"):
+    with pytest.raises(SettingsError, match="--webhook-timeout"):
         serve_settings({"webhook_timeout": "0"}, {})

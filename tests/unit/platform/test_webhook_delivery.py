@@ -41,6 +41,7 @@ from vigil.platform.control.webhooks.records import WebhookEvent, WebhookFormat
 from vigil.platform.errors import InvalidRequest
 
 SECRET = "whsec_0123456789abcdef0123"
+PUBLIC = "https://vigil.example.com"  # the gateway's external URL
 LOCAL = WebhookAddressPolicy(allow_loopback=True)  # the receivers here are on 127.0.0.1
 
 
@@ -114,7 +115,7 @@ async def test_a_firing_alert_reaches_the_receiver_as_alertmanager_would_send_it
         fired = await plane.alerts.fire("chat", "ttft", "page", "chat burns", {"burn_1h": 20.0})
         assert fired is not None
         assert await plane.alerts.fire("chat", "ttft", "page", "again", {}) is None  # no twin
-        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60)
+        delivery = WebhookDelivery(plane.outbox, client, max_age_s=60, base_url=PUBLIC)
         assert await delivery.send_due() == 1
         await plane.alerts.resolve(fired.fingerprint, {"burn_1h": 0.5})
         assert await delivery.send_due() == 1
@@ -131,6 +132,10 @@ async def test_a_firing_alert_reaches_the_receiver_as_alertmanager_would_send_it
         "severity": "page",
     }
     assert alert["endsAt"] == "0001-01-01T00:00:00Z" and alert["fingerprint"]
+    # Links a person opens from a page: absolute, on the gateway's external URL.
+    assert firing["externalURL"] == PUBLIC
+    assert alert["generatorURL"] == f"{PUBLIC}/console/slos/chat"
+    assert alert["annotations"]["runbook_url"] == f"{PUBLIC}/runbooks/slo-burn"
     assert resolved["status"] == "resolved"
     assert resolved["alerts"][0]["fingerprint"] == alert["fingerprint"]
     assert resolved["alerts"][0]["endsAt"] != "0001-01-01T00:00:00Z"
@@ -207,14 +212,41 @@ async def test_a_webhook_can_push_to_alertmanagers_api_and_be_sent_a_test(
         "test",
         "alertmanager_api",
     )
-    [posted] = json.loads(render(message))
+    [posted] = json.loads(render(message, "https://ops.example/vigil"))
     assert posted["labels"]["alertname"] == "VigilTest" and "endsAt" in posted
     assert set(posted) == {"labels", "annotations", "startsAt", "endsAt", "generatorURL"}
+    assert posted["generatorURL"] == "https://ops.example/vigil/console/alerts"  # its prefix kept
     decision = await plane.alerts.decide(
         "chat", "shed_batch", "on", "batch shed", {"burn_5m": 30.0}, WebhookEvent.SHED, True
     )
     assert decision.kind == "shed_batch"
     assert (await plane.alerts.decisions("chat"))[0].details == {"burn_5m": 30.0}
+
+
+async def test_a_url_that_does_not_fit_its_alertmanager_format_is_refused_naming_the_fix(
+    plane: ControlPlane,
+) -> None:
+    # An Alertmanager answers 405 on its base URL: every delivery there would fail.
+    with pytest.raises(InvalidRequest) as caught:
+        await plane.webhooks.create(
+            "am",
+            "http://user:pw@127.0.0.1:9093/",
+            ["slo.burn"],
+            format=WebhookFormat.ALERTMANAGER_API,
+            actor="ops",
+        )
+    assert caught.value.code == "alertmanager_path" and caught.value.param == "url"
+    assert "'http://127.0.0.1:9093/api/v2/alerts'" in caught.value.message  # no credentials
+    # Its API takes alerts, not a webhook payload.
+    with pytest.raises(InvalidRequest) as caught:
+        await plane.webhooks.create(
+            "am", "http://127.0.0.1:9093/api/v2/alerts", ["slo.burn"], actor="ops"
+        )
+    assert caught.value.param == "format" and "alertmanager_api" in caught.value.message
+    # A change of format alone is checked against the URL it keeps.
+    await plane.webhooks.create("hook", "http://127.0.0.1:9000/hook", ["slo.burn"], actor="ops")
+    with pytest.raises(InvalidRequest, match="/api/v2/alerts"):
+        await plane.webhooks.update("hook", format=WebhookFormat.ALERTMANAGER_API, actor="ops")
 
 
 async def _all_due_now(plane: ControlPlane, undeliver: bool = False) -> None:

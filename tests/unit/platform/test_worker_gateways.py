@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vigil.platform.control.specs import bundled_version
-from vigil.platform.settings import SettingsError, WorkerSettings, gateway_urls
+from vigil.platform.settings import SettingsError, WorkerSettings, worker_settings
 from vigil.platform.wire.worker import Assignment, SlotSpec, VersionWire
 from vigil.platform.worker import gateways as gateways_module
 from vigil.platform.worker.gateways import (
@@ -125,17 +125,22 @@ def test_union_keeps_each_slot_once_the_first_named_winning() -> None:
 
 
 def test_gateway_urls_come_from_repeated_flags_or_comma_lists() -> None:
-    assert gateway_urls(["http://a:8000/", "http://b:8000,http://c:8000"], None) == (
+    def urls(flag: object, variable: str | None) -> tuple[str, ...]:
+        env = {"VIGIL_WORKER_TOKEN": "t", **({"VIGIL_GATEWAY": variable} if variable else {})}
+        return worker_settings({"gateway": flag}, env).gateway_urls
+
+    assert urls(["http://a:8000/", "http://b:8000,http://c:8000"], None) == (
         "http://a:8000",
         "http://b:8000",
         "http://c:8000",
     )
-    assert gateway_urls("http://a:8000", None) == ("http://a:8000",)  # the single-URL form
-    assert gateway_urls(None, "http://a:8000, http://a:8000") == ("http://a:8000",)
-    assert gateway_urls(["http://b:8000"], "http://a:8000") == ("http://b:8000",)
-    assert gateway_urls(None, None) == ()
+    assert urls("http://a:8000", None) == ("http://a:8000",)  # the single-URL form
+    assert urls(None, "http://a:8000, http://a:8000") == ("http://a:8000",)
+    assert urls(["http://b:8000"], "http://a:8000") == ("http://b:8000",)
+    with pytest.raises(SettingsError, match="--gateway URL"):
+        urls(None, None)
     with pytest.raises(SettingsError, match="http://"):
-        gateway_urls(["gateway:8000"], None)
+        urls(["gateway:8000"], None)
 
 
 async def test_resolved_gateways_follow_the_addresses_of_their_name() -> None:

@@ -10,9 +10,13 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+import torch
 from fakes import serving, tiny_engine
 from prometheus_client import CollectorRegistry
 
+from vigil.engine.bundled import MINILM
+from vigil.engine.embed_batcher import AsyncEmbedder, BatcherConfig
+from vigil.engine.loaders.embedder import EmbeddingModel
 from vigil.engine.request import (
     FinishEvent,
     FinishReason,
@@ -24,6 +28,7 @@ from vigil.engine.request import (
     TokenEvent,
 )
 from vigil.platform.control.specs import bundled_version
+from vigil.platform.errors import InvalidRequest
 from vigil.platform.gateway.link import (
     CONNECT_TIMEOUT_S,
     STREAM_IDLE_S,
@@ -37,6 +42,7 @@ from vigil.platform.worker.runtime import EngineSlot, Slot, SlotState, WorkerRun
 from vigil.platform.worker.server import build_worker_app
 
 VERSION = bundled_version("smollm2-135m-instruct")
+EMBED = bundled_version(MINILM)
 TOKEN = "worker-token"
 
 
@@ -110,6 +116,38 @@ async def test_a_request_over_the_engines_context_ends_with_its_refusal(worker, 
     assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.ERROR
     assert finish.error is not None and "context window 256 tokens" in finish.error
     assert not failed and slot.in_flight == 0  # a refusal is not a failed worker
+
+
+@pytest.mark.slow
+async def test_an_embedding_crosses_as_token_ids_and_the_worker_embeds_them_untokenized(
+    minilm: EmbeddingModel,
+    link,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway tokenizes; the worker embeds the ids it gets (its model's tokenizer
+    taken away here) and refuses, naming the input, ids its model cannot embed."""
+    http, failed = link
+    texts = ["A man is eating food.", "A man is eating a piece of bread."]
+    rows = minilm.tokenize(texts)
+    expected = minilm.embed_token_ids(rows)
+    monkeypatch.setattr(minilm, "tokenizer", None)  # any use of it fails
+    embedder = AsyncEmbedder(minilm, BatcherConfig(max_wait_ms=0.0))
+    embedder.start()
+    runtime = WorkerRuntime(EngineSettings(device="cpu"))
+    slot = Slot(EngineSlot(EMBED.key, EMBED), SlotState.READY, 1.0, embedder=embedder)
+    runtime.slots[EMBED.key] = slot
+    try:
+        async with serving(build_worker_app(runtime, TOKEN, CollectorRegistry())) as url:
+            replica = Replica("w1", url, "cpu", 0, 0, 0.0)
+            result = await http.embed(replica, EMBED.key, rows)
+            too_long = [rows[0], [101] * (minilm.max_seq_len + 1)]
+            with pytest.raises(InvalidRequest, match="limit of 256") as refused:
+                await http.embed(replica, EMBED.key, too_long)
+    finally:
+        embedder.stop()
+    assert (torch.tensor(result.vectors) - expected).abs().max().item() < 1e-5
+    assert refused.value.param == "input[1]" and refused.value.code == "context_length_exceeded"
+    assert not failed and slot.in_flight == 0
 
 
 async def test_an_unreachable_worker_is_reported_before_the_request_starts(

@@ -11,7 +11,7 @@ from consoles import Console
 
 from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.platform.control.specs import bundled_version
-from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport
+from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotLimits, SlotReport, StatsWire
 
 PAGES = [
     "/console/",
@@ -101,6 +101,34 @@ async def test_versions_show_each_workers_load_and_a_failed_loads_error(console:
     assert "gpu-1: " in table and "40%" in table and "out of memory" in table
     page = text_of(await console.get("/console/workers"))
     assert "gpu-1" in page and "s ago" in page
+
+
+async def test_the_workers_table_shows_each_engines_waiting_running_and_kv_use(
+    console: Console,
+) -> None:
+    workers = console.services.workers
+    workers.register(RegisterRequest("gpu-2", "http://gpu-2:9001", "cuda", 1 << 30, 1))
+    stats = StatsWire(
+        num_waiting_interactive=2,
+        num_waiting_batch=1,
+        num_running=4,
+        num_kv_blocks_total=200,
+        num_kv_blocks_used=50,
+        num_kv_blocks_cached=0,
+        num_preemptions=0,
+        num_prefix_queried_tokens=0,
+        num_prefix_hit_tokens=0,
+        num_steps=9,
+    )
+    limits = SlotLimits(max_model_len=2048, kv_capacity_tokens=3200, max_num_seqs=8)
+    key = bundled_version(SMOLLM2).key
+    workers.heartbeat("gpu-2", Heartbeat([SlotReport(key, "ready", 1.0, None, limits, stats)]))
+    table = text_of(await console.get("/console/workers"))
+    row = next(r for r in table.split('<tr class="worker">') if "gpu-2" in r)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+    # Queue (interactive and batch), running, KV used: after the key and its state.
+    state_at = next(i for i, c in enumerate(cells) if c == key)
+    assert cells[state_at + 2 : state_at + 5] == ["3", "4", "25.0%"], cells
 
 
 async def test_an_operator_edits_an_slo_and_a_viewer_cannot(console: Console) -> None:

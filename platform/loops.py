@@ -1,0 +1,122 @@
+"""The gateway's background loops, started with the application and stopped with it:
+
+live sampler      once a second, a point of the live numbers (telemetry/sampling.py);
+                  every VIEW_RELOAD_EVERY points, the serving view read again (another
+                  gateway on the database may have changed it) and the replicas gone
+                  silent marked down; every SESSION_PURGE_EVERY, expired console
+                  sessions deleted
+changes           other gateways' admin writes, heard (PostgreSQL); this gateway's
+                  announced to them
+loop owner        which gateway runs the SLO loop and webhook delivery (one does:
+                  control/ownership.py)
+SLO loop          once a second, on the owner: alerts, actions, canary checks
+webhook delivery  on the owner
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from vigil.platform.alerts.delivery import WebhookDelivery
+from vigil.platform.control.changes import ChangeFeed
+from vigil.platform.control.ownership import LoopOwnership
+from vigil.platform.control.plane import ControlPlane
+from vigil.platform.gateway.fleet import REPLICA_WRITE_S
+from vigil.platform.gateway.serving_sync import ServingSync
+from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
+from vigil.platform.slo.loop import SLOLoop
+from vigil.platform.telemetry.sampling import LiveSampler
+
+log = logging.getLogger(__name__)
+
+LIVE_SAMPLE_INTERVAL_S = 1.0
+VIEW_RELOAD_EVERY = 5  # samples
+SESSION_PURGE_EVERY = 300  # samples: expired console sessions deleted every 5 minutes
+SLO_INTERVAL_S = 1.0
+# A live worker's row is written only every REPLICA_WRITE_S: older than that plus the
+# heartbeat timeout is silence, not the gap between writes.
+REPLICA_SILENT_S = REPLICA_WRITE_S + HEARTBEAT_TIMEOUT_S
+
+
+class BackgroundLoops:
+    def __init__(
+        self,
+        sampler: LiveSampler,
+        serving: ServingSync,
+        plane: ControlPlane,
+        ownership: LoopOwnership,
+        slo_loop: SLOLoop,
+        delivery: WebhookDelivery,
+        changes: ChangeFeed,
+    ) -> None:
+        self.sampler = sampler
+        self.serving = serving
+        self.plane = plane
+        self.ownership = ownership
+        self.slo_loop = slo_loop
+        self.delivery = delivery
+        self.changes = changes
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """After the serving view's first read: writes announced and heard, and every
+        loop running."""
+        assert not self._tasks, "the background loops are already running"
+        self.plane.add_listener(self.changes.announce)  # other gateways first
+        self.plane.add_listener(self.serving.on_control_change)
+        if self.ownership.is_owner:  # SQLite: always; PostgreSQL: once the lock is taken
+            await self.slo_loop.start()
+        owner = self.ownership
+        self._tasks = [
+            asyncio.create_task(self._sample_live(), name="live-sampler"),
+            asyncio.create_task(self.changes.run(self.serving.on_control_change), name="changes"),
+            asyncio.create_task(owner.run(self.on_loop_owner), name="loop-owner"),
+            asyncio.create_task(self._watch_slos(), name="slo-loop"),
+            asyncio.create_task(self.delivery.run(lambda: owner.is_owner), name="webhook-delivery"),
+        ]
+
+    async def stop(self) -> None:
+        """Every loop cancelled and awaited, and the webhook client closed."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.delivery.client.aclose()
+
+    async def on_loop_owner(self, owner: bool) -> None:
+        """This gateway took the SLO loop and webhook delivery over (it picks up the
+        alerts firing, so none is sent again), or handed them on (what it had switched
+        on is switched off here; the new owner decides afresh)."""
+        if owner:
+            await self.slo_loop.start()
+            self.plane.outbox_written.set()
+        else:
+            self.slo_loop.stand_down()
+
+    async def _sample_live(self) -> None:
+        n = 0
+        while True:
+            self.sampler.sample()
+            n += 1
+            if n % VIEW_RELOAD_EVERY == 0:
+                try:
+                    await self.serving.reload()
+                    await self.plane.replicas.mark_silent_down(REPLICA_SILENT_S)
+                except Exception:  # serving goes on with the view it has
+                    log.exception("could not reload the serving view")
+            if n % SESSION_PURGE_EVERY == 0:
+                try:
+                    await self.plane.sessions.purge_expired()
+                except Exception:  # they are refused when read anyway
+                    log.exception("could not delete expired console sessions")
+            await asyncio.sleep(LIVE_SAMPLE_INTERVAL_S)
+
+    async def _watch_slos(self) -> None:
+        while True:
+            try:
+                if self.ownership.is_owner:
+                    await self.slo_loop.tick()
+            except Exception:  # the next tick tries again
+                log.exception("the SLO loop failed")
+            await asyncio.sleep(SLO_INTERVAL_S)
