@@ -18,7 +18,7 @@ def test_a_chat_message_with_an_unknown_role_lists_the_roles() -> None:
         decode_body(body, ChatCompletionRequest)
     assert caught.value.param == "messages[1].role"
     assert caught.value.message.endswith(
-        "Invalid enum value 'robot'; valid values: assistant, developer, system, user."
+        "Invalid enum value 'robot'; valid values: assistant, developer, system, tool, user."
     ), caught.value.message
 
 
