@@ -36,9 +36,11 @@ from litestar.testing import AsyncTestClient
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import MINILM, ModelKind, bundled_source
 from vigil.engine.llm_engine import EngineConfig, LLMEngine
+from vigil.engine.loaders.assembly import assemble_decoder
 from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer
-from vigil.engine.loaders.llm import LanguageModel, build_decoder
+from vigil.engine.loaders.llm import LanguageModel
 from vigil.engine.model.config import DecoderConfig
+from vigil.engine.precision import Precision
 from vigil.engine.request import (
     EngineEvent,
     FinishEvent,
@@ -107,8 +109,10 @@ def tiny_language_model(tokenizer: Tokenizer, seed: int = 0) -> LanguageModel:
             f"{p}mlp.up_proj.weight": w(ffn, h),
             f"{p}mlp.down_proj.weight": w(h, ffn),
         }
-    model = build_decoder(cfg, weights, torch.device("cpu"))
-    return LanguageModel("tiny", cfg, model, tokenizer, torch.device("cpu"), torch.float32)
+    precision = Precision("none", "float32", "built")
+    model = assemble_decoder(cfg, weights.items(), precision, torch.float32, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    return LanguageModel("tiny", cfg, model, tokenizer, cpu, torch.float32, precision)
 
 
 _MINILM_READ = threading.Lock()

@@ -12,15 +12,16 @@
 // of the int4 kernel its Int4Linear uses (model/packed.py): ATen's packed one
 // (_weight_int4pack_mm_for_cpu, bfloat16 activations), packed_matmul.h's (AVX2, float32
 // activations) or vnni_matmul.h's (int8 activations); the same kernel and weights as
-// the Python path, so the same numbers up to float rounding. RoPE is the rotate-half
-// form: x * cos + roll(x, D / 2) * sin_signed.
+// the Python path, so the same numbers up to float rounding. A linear may be int8 in
+// vnni_matmul.h's layout too (a GGUF file's 5-8-bit tensors beside its 4-bit ones, or
+// --quantization int8). RoPE is the rotate-half form: x * cos + roll(x, D / 2) * sin_signed.
 //
 // x (n, C) float32 is updated in place and returned; the final norm and the head stay
 // in Python. cos, sin_signed: (n, D). kv: (layers, 2, S, KVH, D) float32, contiguous.
 // slot_mapping (n,): where each row's K/V goes; slots (n, Lmax), lens (n,): each row's
 // context, its new token included. norms: 2 per layer (input, post-attention);
 // linears: 2 tensors (packed weight, scales) for each of qkv, o, gate_up and down, per
-// layer, as Int4Linear holds them.
+// layer, as Int4Linear (or, VNNI's, Int8Linear) holds them.
 #include <torch/extension.h>
 
 #include <cmath>
@@ -42,8 +43,9 @@ void rms_norm(const float* x, int64_t n, int64_t C, const float* w, float eps, f
   }
 }
 
-// The three layouts of packed.pack_int4, told apart by the scales' dtype.
-enum class Layout { kAten, kAvx2, kVnni };
+// The three layouts of packed.pack_int4, told apart by the scales' dtype, and VNNI's
+// of packed.pack_int8, by the scales' rank (3 where int4's have 4).
+enum class Layout { kAten, kAvx2, kVnni, kVnniInt8 };
 
 struct Linear {
   torch::Tensor packed, scales;
@@ -62,6 +64,17 @@ struct Linear {
       TORCH_CHECK(scales.is_contiguous() && packed.is_contiguous() && packed.dim() == 2 &&
                       packed.size(0) == out_features && packed.size(1) == in_features / 2,
                   "linear ", i, ": (N, K / 2) uint8 and (N, K / 32, 2) float32, contiguous");
+    } else if (dtype == torch::kFloat16 && scales.dim() == 3) {  // VNNI int8: checked whole
+      layout = Layout::kVnniInt8;
+      TORCH_CHECK(vigil::kHasVnni, "linear ", i, ": VNNI weights, and no VNNI in this build");
+      TORCH_CHECK(scales.size(2) == 16 && scales.is_contiguous(),
+                  "linear ", i, ": (N / 16, K / 32, 16) contiguous float16 scales");
+      out_features = scales.size(0) * 16;
+      in_features = scales.size(1) * vigil::kInt4Group;
+      TORCH_CHECK(packed.dim() == 4 && packed.size(0) == scales.size(0) &&
+                      packed.size(1) == scales.size(1) && packed.size(2) == 8 &&
+                      packed.size(3) == 64 && packed.is_contiguous(),
+                  "linear ", i, ": (N / 16, K / 32, 8, 64) contiguous uint8 weights");
     } else if (dtype == torch::kFloat16) {  // vnni_matmul.h's: checked whole too
       layout = Layout::kVnni;
       TORCH_CHECK(vigil::kHasVnni, "linear ", i, ": VNNI weights, and no VNNI in this build");
@@ -95,6 +108,11 @@ struct Linear {
 #ifdef VIGIL_VNNI
     if (layout == Layout::kVnni) {
       vigil::vnni_int4_matmul(in, n, in_features, packed.data_ptr<uint8_t>(),
+                              scales.data_ptr<at::Half>(), out_features, out);
+      return;
+    }
+    if (layout == Layout::kVnniInt8) {
+      vigil::vnni_int8_matmul(in, n, in_features, packed.data_ptr<uint8_t>(),
                               scales.data_ptr<at::Half>(), out_features, out);
       return;
     }

@@ -1,52 +1,54 @@
 """Build a ready-to-run sentence-embedding model from a sentence-transformers folder.
 
-The folder is a Hugging Face BERT checkpoint plus sentence-transformers' own
-files: `modules.json` (the pipeline: Transformer -> Pooling [-> Normalize]),
-the pooling config it points to, and `sentence_bert_config.json` (max length).
+The folder is a Hugging Face checkpoint plus sentence-transformers' own files, read as
+they say (loaders/sentence_transformers.py: pooling, normalization, length). The
+checkpoint is a BERT-family encoder (BERT, RoBERTa, XLM-R: model/bert.py) or a decoder
+of a family Vigil runs (model/families.py: Qwen2, Llama, ...), whose last hidden
+states are taken as an encoder's (model/decoder_encoder.py), mostly with last-token
+pooling.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer as HFTokenizer
+from torch import nn
 
 from vigil.engine.bundled import ModelSource
 from vigil.engine.limits import RequestRejected, check_embedding_inputs
 from vigil.engine.loaders import hf
-from vigil.engine.loaders.embedder_tokenizer import read_backend, read_max_seq_len
+from vigil.engine.loaders.assembly import assemble_decoder
+from vigil.engine.loaders.embedder_tokenizer import read_backend, read_window
+from vigil.engine.loaders.sentence_transformers import read_pipeline
 from vigil.engine.model.bert import BertModel
-from vigil.engine.model.config import BertConfig
-
-
-class Pooling(StrEnum):
-    MEAN = "mean"  # average of the real tokens' last hidden states
-    CLS = "cls"  # the [CLS] token's last hidden state
-
-
-# sentence-transformers' pooling flags; any other flag set to true is unsupported.
-_POOLING_FLAGS = {"pooling_mode_mean_tokens": Pooling.MEAN, "pooling_mode_cls_token": Pooling.CLS}
-_ST_MODULES = "sentence_transformers.models."
+from vigil.engine.model.config import (
+    BERT_FAMILY,
+    DECODER_TYPES,
+    BertConfig,
+    DecoderConfig,
+    Pooling,
+)
+from vigil.engine.model.decoder_encoder import DecoderEncoder
+from vigil.engine.model.families import family
+from vigil.engine.model.pooling import pool
+from vigil.engine.precision import Precision
 
 
 @dataclass(slots=True)
 class EmbeddingModel:
     name: str
-    config: BertConfig
-    model: BertModel
+    config: BertConfig | DecoderConfig
+    model: nn.Module  # (input_ids (N, T), attention_mask (N, T)) -> last hidden (N, T, C)
     tokenizer: HFTokenizer  # truncation and padding off: lengths are checked, never cut
     pooling: Pooling
     normalize: bool
     pad_token_id: int
     dim: int
-    max_seq_len: int  # in tokens, [CLS] and [SEP] included
+    max_seq_len: int  # in tokens, the tokenizer's own ([CLS], [SEP], EOS) included
     device: torch.device
     dtype: torch.dtype
 
@@ -62,6 +64,8 @@ class EmbeddingModel:
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         ids = [list(e.ids) for e in encodings]
         for i, row in enumerate(ids):
+            if not row:  # a tokenizer that adds nothing, on empty text: nothing to pool
+                raise ValueError(f"input[{i}] is empty; {self.name} embeds at least one token")
             if len(row) > self.max_seq_len:
                 raise ValueError(
                     f"input[{i}] is {len(row)} tokens; {self.name} accepts at most "
@@ -98,19 +102,10 @@ class EmbeddingModel:
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         with torch.inference_mode():
             hidden = self.model(input_ids, mask).float()  # (N, T, C)
-            pooled = _pool(hidden, mask, self.pooling)  # (N, C)
+            pooled = pool(hidden, mask, self.pooling)  # (N, C)
             if self.normalize:
                 pooled = F.normalize(pooled, p=2.0, dim=-1)
         return pooled.cpu()
-
-
-def _pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
-    # hidden: (N, T, C) float32, mask: (N, T) 1 = real token
-    if pooling is Pooling.CLS:
-        return hidden[:, 0]  # (N, C)
-    weights = mask.to(hidden.dtype).unsqueeze(-1)  # (N, T, 1)
-    # Sum over real tokens only; padded positions hold garbage that must not leak in.
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)  # (N, C)
 
 
 def load_embedding_model(
@@ -118,37 +113,63 @@ def load_embedding_model(
 ) -> EmbeddingModel:
     folder = source.path
     raw = hf.read_config(folder)
-    if raw.get("model_type") != "bert":
+    model_type = raw.get("model_type")
+    if model_type not in BERT_FAMILY and model_type not in DECODER_TYPES:
         raise ValueError(
-            f"{folder}: model_type {raw.get('model_type')!r} is not supported for "
-            "embeddings (only bert)"
+            f"{folder}: model_type {model_type!r} is not supported for embeddings "
+            f"({', '.join((*BERT_FAMILY, *DECODER_TYPES))})"
         )
-    for key, expected in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
-        if raw.get(key, expected) != expected:
-            raise ValueError(f"{folder}: {key} {raw[key]!r} is not supported (only {expected})")
-    cfg = BertConfig.from_hf(raw)
-    pooling, normalize = _read_pipeline(folder, cfg)
-    model = build_bert(cfg, hf.read_safetensors(folder, dtype), device)
+    pipeline = read_pipeline(folder, int(raw["hidden_size"]))  # before the weights: cheap
+    encoder: nn.Module
+    config: BertConfig | DecoderConfig
+    if model_type in BERT_FAMILY:
+        for key, expected in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
+            if raw.get(key, expected) != expected:
+                raise ValueError(f"{folder}: {key} {raw[key]!r} is not supported (only {expected})")
+        config = BertConfig.from_hf(raw)
+        weights = hf.read_safetensors(folder, dtype)
+        encoder = build_bert(config, weights, device, prefix=f"{model_type.replace('-', '_')}.")
+    else:
+        config = family(model_type).config_from_hf(raw)
+        precision = Precision("none", str(dtype).removeprefix("torch."), "an embedder's")
+        decoder_weights = _as_causal_lm(hf.iter_safetensors(folder))
+        try:
+            decoder = assemble_decoder(
+                config, decoder_weights, precision, dtype, device, head=False
+            )
+        except ValueError as e:
+            raise ValueError(f"{folder}: {e}") from e
+        encoder = DecoderEncoder(decoder).to(device)
     return EmbeddingModel(
         name=source.name,
-        config=cfg,
-        model=model,
+        config=config,
+        model=encoder,
         tokenizer=read_backend(folder),
-        pooling=pooling,
-        normalize=normalize,
+        pooling=pipeline.pooling,
+        normalize=pipeline.normalize,
         pad_token_id=int(raw.get("pad_token_id") or 0),
-        dim=cfg.hidden_size,
-        max_seq_len=read_max_seq_len(folder, cfg),
+        dim=config.hidden_size,
+        max_seq_len=read_window(folder, raw),
         device=device,
         dtype=dtype,
     )
 
 
+def _as_causal_lm(
+    weights: Iterator[tuple[str, torch.Tensor]],
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """A decoder embedder's weights under ForCausalLM's names: saved from the bare model
+    (Qwen2Model, as sentence-transformers does) they lack the `model.` prefix."""
+    for name, w in weights:
+        yield (name if name.startswith(("model.", "lm_head.")) else f"model.{name}"), w
+
+
 def build_bert(
-    cfg: BertConfig, weights: dict[str, torch.Tensor], device: torch.device
+    cfg: BertConfig, weights: dict[str, torch.Tensor], device: torch.device, prefix: str = "bert."
 ) -> BertModel:
-    # Checkpoints saved from a task model (BertForX) prefix every name with "bert.".
-    weights = {k.removeprefix("bert."): v for k, v in weights.items()}
+    # Checkpoints saved from a task model (BertForX, RobertaForX) prefix every name with
+    # the model's own ("bert.", "roberta.").
+    weights = {k.removeprefix(prefix): v for k, v in weights.items()}
     # Not part of our model: the pooler (we pool ourselves) and a position-id
     # buffer old transformers versions saved.
     weights = {
@@ -167,32 +188,3 @@ def build_bert(
             f"unexpected {sorted(result.unexpected_keys)[:5]}"
         )
     return model.to(device).eval()
-
-
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing (not a sentence-transformers model folder?)")
-    return json.loads(path.read_text())
-
-
-def _read_pipeline(folder: Path, cfg: BertConfig) -> tuple[Pooling, bool]:
-    """Pooling mode and whether to L2-normalise, from modules.json and the pooling config."""
-    modules: list[dict[str, Any]] = _read_json(folder / "modules.json")
-    kinds = [str(m.get("type", "")).removeprefix(_ST_MODULES) for m in modules]
-    unsupported = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
-    if unsupported:
-        raise ValueError(f"{folder}: sentence-transformers modules {unsupported} not supported")
-    if kinds.count("Pooling") != 1:
-        raise ValueError(f"{folder}: modules.json must list exactly one Pooling module")
-    pooling_dir = modules[kinds.index("Pooling")].get("path", "1_Pooling")
-    pool_cfg: dict[str, Any] = _read_json(folder / pooling_dir / "config.json")
-    enabled = sorted(k for k, v in pool_cfg.items() if k.startswith("pooling_mode") and v is True)
-    if len(enabled) != 1 or enabled[0] not in _POOLING_FLAGS:
-        raise ValueError(
-            f"{folder}: pooling {enabled} is not supported (exactly one of "
-            f"{sorted(_POOLING_FLAGS)} must be true)"
-        )
-    dim = pool_cfg.get("word_embedding_dimension", cfg.hidden_size)
-    if dim != cfg.hidden_size:
-        raise ValueError(f"{folder}: pooling dimension {dim} != hidden_size {cfg.hidden_size}")
-    return _POOLING_FLAGS[enabled[0]], "Normalize" in kinds

@@ -4,35 +4,40 @@ without torch: the gateway tokenizes embedding inputs with them, and the loader
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
 from vigil.engine.loaders import hf
-from vigil.engine.model.config import BertConfig
+from vigil.engine.loaders.sentence_transformers import read_max_seq_len
+from vigil.engine.model.config import BERT_FAMILY, BertConfig, decoder_fields
 from vigil.engine.tokenizer import Tokenizer
 
 
 def read_embedding_tokenizer(folder: Path) -> Tokenizer:
-    """The model's tokenizer alone (no weights), as the gateway runs it: [CLS] and [SEP]
-    added, nothing cut or padded, and the model's window as `max_input_tokens`."""
-    cfg = BertConfig.from_hf(hf.read_config(folder))
+    """The model's tokenizer alone (no weights), as the gateway runs it: its own special
+    tokens added ([CLS] and [SEP], a decoder's end of text), nothing cut or padded, and
+    the model's window as `max_input_tokens`."""
     return Tokenizer(
         read_backend(folder),
         eos_token_ids=frozenset(),
         chat_template=None,
         add_special_tokens=True,
-        max_input_tokens=read_max_seq_len(folder, cfg),
+        max_input_tokens=read_window(folder, hf.read_config(folder)),
     )
 
 
-def read_max_seq_len(folder: Path, cfg: BertConfig) -> int:
-    # sentence-transformers' limit is usually below the position table's
-    # (256 of 512 for MiniLM): the model was trained at that length.
-    path = folder / "sentence_bert_config.json"
-    st_max = json.loads(path.read_text()).get("max_seq_length") if path.is_file() else None
-    return min(int(st_max), cfg.max_position) if st_max else cfg.max_position
+def read_window(folder: Path, config: dict[str, Any]) -> int:
+    """The most tokens a text may be: what sentence-transformers' files say (usually
+    below the position table's, 256 of 512 for MiniLM: the model was trained at that
+    length), within the positions the model has (RoBERTa's from padding_idx + 1)."""
+    if config.get("model_type") in BERT_FAMILY:
+        positions = BertConfig.from_hf(config).max_tokens
+    else:
+        positions = int(decoder_fields(config)["max_position"])
+    declared = read_max_seq_len(folder)
+    return min(declared, positions) if declared is not None else positions
 
 
 def read_backend(folder: Path) -> HFTokenizer:

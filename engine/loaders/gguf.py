@@ -1,4 +1,5 @@
-"""Load a decoder's GGUF file: dequantize the weights, build the tokenizer.
+"""Load a decoder's GGUF file: its config, its weights as read (gguf_blocks.py), its
+tokenizer (gguf_tokenizer.py).
 
 The weights come back under Hugging Face's names and layout, whatever the
 architecture (gguf_architectures.py says what each changed). For `llama` files
@@ -9,13 +10,13 @@ RoPE of the Hugging Face layout; getting this wrong still runs but produces garb
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gguf
 import numpy as np
-from tokenizers import AddedToken, decoders, models, pre_tokenizers
-from tokenizers import Tokenizer as HFTokenizer
 
 from vigil.engine.loaders.gguf_architectures import (
     MODEL_TYPES,
@@ -24,16 +25,13 @@ from vigil.engine.loaders.gguf_architectures import (
     config_from_gguf,
     hf_name,
 )
+from vigil.engine.loaders.gguf_tokenizer import gguf_tokenizer
 from vigil.engine.loaders.progress import progress
 from vigil.engine.model.config import DecoderConfig
 from vigil.engine.tokenizer import Tokenizer
 
-_CONTROL = 3  # gguf TokenType.CONTROL
-_USER_DEFINED = 4
-
-
 if TYPE_CHECKING:
-    import torch
+    from vigil.engine.model.codes import Weight
 
 
 class GGUFFile:
@@ -62,68 +60,94 @@ class GGUFFile:
         except ValueError as e:
             raise ValueError(f"{self.path.name}: {e}") from e
 
-    def state_dict(self, cfg: DecoderConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """Dequantized weights under Hugging Face names, in `nn.Linear` (out, in) layout."""
-        import torch  # here only: the gateway reads these files' tokenizers, not weights
+    def linear_types(self) -> dict[str, int]:
+        """The GGUF types of the decoder layers' matrices, with the weights each holds,
+        most first: what `--quantization auto` follows."""
+        counts: dict[str, int] = {}
+        for t in self.reader.tensors:
+            if t.name.startswith("blk.") and len(t.shape) == 2:
+                name = t.tensor_type.name
+                counts[name] = counts.get(name, 0) + int(t.n_elements)
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
-        out: dict[str, torch.Tensor] = {}
-        tensors = [t for t in self.reader.tensors if t.name != "rope_freqs.weight"]  # config's
-        for t in progress(tensors, f"loading {self.path.name}", unit="tensor"):
-            name = hf_name(self.arch, t.name)
-            arr = gguf.quants.dequantize(t.data, t.tensor_type)
-            # F32 tensors come back as read-only memmap views: copy before torch owns them.
-            w = torch.from_numpy(np.array(arr, dtype=np.float32, copy=True))
-            if self.arch in PERMUTED_QK and name.endswith("q_proj.weight"):
-                w = _unpermute(w, cfg.num_heads)
-            elif self.arch in PERMUTED_QK and name.endswith("k_proj.weight"):
-                w = _unpermute(w, cfg.num_kv_heads)
-            elif self.arch in NORMS_PLUS_ONE and name.endswith("norm.weight"):
-                w = w - 1.0  # our Gemma norms multiply by (1 + weight), as Hugging Face's
-            out[name] = w.to(dtype)
-        return out
+    def weights(self, cfg: DecoderConfig, codes: bool) -> Iterator[tuple[str, Weight]]:
+        """Each tensor under its Hugging Face name, in `nn.Linear` (out, in) layout, one
+        at a time as read: a matrix whose type has a code path (gguf_blocks.py) as its
+        codes where `codes`, anything else dequantized to float32. The iterator holds
+        none of this object: drop it, and the reader's parsed metadata (160 MB for the
+        bundled model's vocabulary and merges) goes before the weights are read."""
+        infos = [
+            TensorInfo(t.name, t.tensor_type, t.data_offset, t.n_bytes, t.data.dtype, t.data.shape)
+            for t in self.reader.tensors
+            if t.name != "rope_freqs.weight"  # the config's
+        ]
+        return read_weights(self.path, self.arch, infos, cfg, codes)
 
     def tokenizer(self) -> Tokenizer:
-        model = self.field("tokenizer.ggml.model")
-        if model != "gpt2":
-            raise ValueError(f"{self.path.name}: tokenizer {model!r} is not supported (only gpt2)")
-        tokens: list[str] = list(self.field("tokenizer.ggml.tokens"))
-        types: list[int] = list(self.field("tokenizer.ggml.token_type"))
-        merges = [tuple(m.split(" ", 1)) for m in self.field("tokenizer.ggml.merges")]
-        vocab = {tok: i for i, tok in enumerate(tokens)}
-        backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
-        pre: list[pre_tokenizers.PreTokenizer] = []
-        if self.field("tokenizer.ggml.pre") in ("smollm", "starcoder", "refact"):
-            pre.append(pre_tokenizers.Digits(individual_digits=True))
-        pre.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
-        backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
-        backend.decoder = decoders.ByteLevel()
-        special = [
-            AddedToken(tok, special=True, normalized=False)
-            for tok, ty in zip(tokens, types, strict=True)
-            if ty in (_CONTROL, _USER_DEFINED)
-        ]
-        backend.add_special_tokens(special)
-        eos = self.field("tokenizer.ggml.eos_token_id")
-        bos = self.field("tokenizer.ggml.bos_token_id")
-        eos_ids = {int(eos)} if eos is not None else set()
-        eot = self.field("tokenizer.ggml.eot_token_id")
-        if eot is not None:
-            eos_ids.add(int(eot))
-        return Tokenizer(
-            backend,
-            eos_token_ids=frozenset(eos_ids),
-            chat_template=self.field("tokenizer.chat_template"),
-            bos_token=tokens[int(bos)] if bos is not None else None,
-            eos_token=tokens[int(eos)] if eos is not None else None,
-        )
+        try:
+            return gguf_tokenizer(self.field, self.arch)
+        except ValueError as e:
+            raise ValueError(f"{self.path.name}: {e}") from e
 
 
-def _unpermute(w: torch.Tensor, num_heads: int) -> torch.Tensor:
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """Where a tensor's bytes are, and how the reader shapes them (quantized types:
+    (rows, bytes a row) uint8)."""
+
+    name: str
+    type: gguf.GGMLQuantizationType
+    offset: int
+    num_bytes: int
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+
+def read_weights(
+    path: Path, arch: str, infos: list[TensorInfo], cfg: DecoderConfig, codes: bool
+) -> Iterator[tuple[str, Weight]]:
+    """GGUFFile.weights'. Read with plain reads, not through the reader's map of the
+    file: the pages of a map stay resident while it lives, so a model read through it
+    held the whole file on top of what it was building."""
+    import torch  # here only: the gateway reads these files' tokenizers, not weights
+
+    from vigil.engine.loaders.gguf_blocks import to_codes
+    from vigil.engine.model.codes import dequantized
+
+    with path.open("rb") as f:
+        for t in progress(infos, f"loading {path.name}", unit="tensor"):
+            name = hf_name(arch, t.name)
+            f.seek(t.offset)
+            raw = np.fromfile(f, dtype=np.uint8, count=t.num_bytes).view(t.dtype).reshape(t.shape)
+            weight: Weight | None = to_codes(raw, t.type) if codes else None
+            if weight is None:
+                weight = torch.from_numpy(_dequantize(t, raw))
+            if arch in PERMUTED_QK and name.endswith("q_proj.weight"):
+                weight = _unpermute(weight, cfg.num_heads)
+            elif arch in PERMUTED_QK and name.endswith("k_proj.weight"):
+                weight = _unpermute(weight, cfg.num_kv_heads)
+            elif arch in NORMS_PLUS_ONE and name.endswith("norm.weight"):
+                weight = dequantized(weight) - 1.0  # our Gemma norms multiply by (1 + w)
+            yield name, weight
+
+
+def _dequantize(t: TensorInfo, raw: np.ndarray) -> np.ndarray:
+    try:
+        weights = gguf.quants.dequantize(raw, t.type)
+    except NotImplementedError as e:
+        raise ValueError(
+            f"tensor {t.name} is {t.type.name}, a type this gguf package cannot read"
+        ) from e
+    return np.asarray(weights, dtype=np.float32)
+
+
+def _unpermute(w: Weight, num_heads: int) -> Weight:
     """Undo llama.cpp's per-head row permutation: (out, in) rows viewed as
-    (heads, head_dim/2, 2, in) -> swap the middle axes -> flatten."""
-    out_dim, in_dim = w.shape
-    return (
-        w.reshape(num_heads, out_dim // num_heads // 2, 2, in_dim)
-        .transpose(1, 2)
-        .reshape(out_dim, in_dim)
-    )
+    (heads, head_dim/2, 2, in) -> swap the middle axes -> flatten. Codes move whole
+    rows, their scales with them."""
+    import torch
+
+    out_dim = w.shape[0]
+    pairs = torch.arange(out_dim).reshape(num_heads, out_dim // num_heads // 2, 2)
+    order = pairs.transpose(1, 2).reshape(-1)  # our row i is the file's row order[i]
+    return w[order] if isinstance(w, torch.Tensor) else w.rows(order)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,15 +26,18 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 
 def read_safetensors(folder: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {name: w.to(dtype) for name, w in iter_safetensors(folder)}
+
+
+def iter_safetensors(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each tensor of the folder's *.safetensors, one at a time, in its stored dtype."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{folder}: no *.safetensors weights")
-    out: dict[str, torch.Tensor] = {}
     for file in files:
         with safe_open(str(file), framework="pt") as f:
             for name in progress(list(f.keys()), f"loading {file.name}", unit="tensor"):
-                out[name] = f.get_tensor(name).to(dtype)
-    return out
+                yield name, f.get_tensor(name)
 
 
 def read_tokenizer(folder: Path, cfg: dict[str, Any], *, add_special_tokens: bool) -> Tokenizer:

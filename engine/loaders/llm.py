@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -10,11 +11,14 @@ import torch
 from vigil.engine.bundled import ModelFormat, ModelSource
 from vigil.engine.device import return_freed_memory
 from vigil.engine.loaders import hf
+from vigil.engine.loaders.assembly import assemble_decoder
 from vigil.engine.loaders.gguf import GGUFFile
+from vigil.engine.model.codes import Weight
 from vigil.engine.model.config import DecoderConfig
 from vigil.engine.model.families import CausalLM, family
 from vigil.engine.model.packed import native_bfloat16
-from vigil.engine.model.quantized import check_quantization, quantize_model
+from vigil.engine.model.quantized import check_quantization
+from vigil.engine.precision import Precision, resolve_precision
 from vigil.engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -28,16 +32,19 @@ class LanguageModel:
     tokenizer: Tokenizer
     device: torch.device
     dtype: torch.dtype
+    precision: Precision  # what the weights run as and why (--quantization auto resolved)
 
 
 def load_language_model(
     source: ModelSource, device: torch.device, dtype: torch.dtype, quantization: str = "none"
 ) -> LanguageModel:
+    """`quantization`: none | int4 | int8 | auto (resolved against the model's files
+    and the device: precision.py); the choice and its reason are on the result."""
     check_quantization(quantization, device)
     if (warning := slow_dtype_warning(device, dtype)) is not None:
         log.warning("%s", warning)
     lm = _load(source, device, dtype, quantization)
-    return_freed_memory()  # after _load's locals (the file's map, the raw weights) are gone
+    return_freed_memory()  # after _load's locals (the file's codes, read buffers) are gone
     return lm
 
 
@@ -55,45 +62,33 @@ def slow_dtype_warning(device: torch.device, dtype: torch.dtype) -> str | None:
 def _load(
     source: ModelSource, device: torch.device, dtype: torch.dtype, quantization: str
 ) -> LanguageModel:
+    dtype_name = str(dtype).removeprefix("torch.")
+    weights: Iterable[tuple[str, Weight]]
     if source.format is ModelFormat.GGUF:
-        file = GGUFFile(source.path)
-        cfg = file.config()
-        weights = file.state_dict(cfg, dtype)
-        tokenizer = file.tokenizer()
+        cfg, tokenizer, precision, weights = _open_gguf(source, device, dtype_name, quantization)
     else:
         raw = hf.read_config(source.path)
         try:
             cfg = family(raw.get("model_type")).config_from_hf(raw)
         except ValueError as e:
             raise ValueError(f"{source.path}: {e}") from e
-        weights = hf.read_safetensors(source.path, dtype)
         tokenizer = hf.read_tokenizer(source.path, raw, add_special_tokens=True)
-    model = build_decoder(cfg, weights, device)
-    if quantization == "int4":
-        quantize_model(model)
-    return LanguageModel(source.name, cfg, model, tokenizer, device, dtype)
+        precision = resolve_precision(quantization, device.type, dtype_name, None)
+        weights = hf.iter_safetensors(source.path)
+    try:
+        model = assemble_decoder(cfg, weights, precision, dtype, device)
+    except ValueError as e:
+        raise ValueError(f"{source.path}: {e}") from e
+    return LanguageModel(source.name, cfg, model, tokenizer, device, dtype, precision)
 
 
-def build_decoder(
-    cfg: DecoderConfig, weights: dict[str, torch.Tensor], device: torch.device
-) -> CausalLM:
-    """From Hugging Face-named weights (consumed: the dict is emptied as it goes)."""
-    # Build on the meta device and adopt the loaded tensors: no time or memory
-    # spent on a random initialisation that would be overwritten.
-    arch = family(cfg.architecture)
-    arch.to_our_layout(weights, cfg.num_layers)
-    with torch.device("meta"):
-        model = arch.model(cfg)
-    allowed_missing = {"lm_head.weight"} if cfg.tie_word_embeddings else set()
-    result = model.load_state_dict(weights, strict=False, assign=True)
-    missing = set(result.missing_keys) - allowed_missing
-    unexpected = {k for k in result.unexpected_keys if not k.endswith("rotary_emb.inv_freq")}
-    if missing or unexpected:
-        raise ValueError(
-            f"weights do not match the model: missing {sorted(missing)[:5]}, "
-            f"unexpected {sorted(unexpected)[:5]}"
-        )
-    if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    model.rebuild_buffers()
-    return model.to(device).eval()
+def _open_gguf(
+    source: ModelSource, device: torch.device, dtype: str, quantization: str
+) -> tuple[DecoderConfig, Tokenizer, Precision, Iterator[tuple[str, Weight]]]:
+    """The file's config, tokenizer, precision and its weights to come. The file's
+    reader goes on return (its parsed metadata is large), before any weight is read."""
+    file = GGUFFile(source.path)
+    cfg = file.config()
+    precision = resolve_precision(quantization, device.type, dtype, file.linear_types())
+    weights = file.weights(cfg, codes=precision.quantization != "none")
+    return cfg, file.tokenizer(), precision, weights

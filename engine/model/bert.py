@@ -3,7 +3,9 @@
 Parameter names follow Hugging Face's `BertModel` (including the odd ones:
 `LayerNorm` in capitals, an attention submodule called `self`) so that a
 safetensors checkpoint loads by name. Inference only: no dropout, no pooler
-(sentence embeddings pool the last hidden state instead).
+(sentence embeddings pool the last hidden state instead). RoBERTa and XLM-R are this
+encoder with their positions counted from padding_idx + 1 (BertConfig.position_offset)
+and one token type.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(cfg.max_position, cfg.hidden_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.position_offset = cfg.position_offset
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        t = input_ids.shape[1]
-        # Right padding keeps every real token at positions 0..len-1, so one
-        # arange serves the whole batch.
-        positions = torch.arange(t, device=input_ids.device)  # (T,)
+        t, offset = input_ids.shape[1], self.position_offset
+        # Right padding keeps every real token at positions 0..len-1 (from the offset),
+        # so one arange serves the whole batch.
+        positions = torch.arange(offset, offset + t, device=input_ids.device)  # (T,)
         x = self.word_embeddings(input_ids)  # (B, T, C)
         x = x + self.position_embeddings(positions)  # (T, C) broadcast over B
         # Single-segment inputs only: every token has type 0.
@@ -133,7 +136,7 @@ class BertModel(nn.Module):
         attention_mask: torch.Tensor,  # (B, T) 1 = real token, 0 = padding
     ) -> torch.Tensor:
         assert input_ids.shape == attention_mask.shape, "input_ids and attention_mask differ"
-        assert input_ids.shape[1] <= self.config.max_position, "sequence longer than positions"
+        assert input_ids.shape[1] <= self.config.max_tokens, "sequence longer than positions"
         keep = attention_mask.bool()
         # Without padding, pass no mask at all: SDPA can then use its fused kernels.
         attn_mask = None if bool(keep.all()) else keep[:, None, None, :]  # (B, 1, 1, T)

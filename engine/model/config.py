@@ -8,10 +8,15 @@ family here implements is refused at load rather than served wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-# Weight-only quantizations of a decoder (model.quantized); "none" keeps --dtype's.
-QUANTIZATIONS = ("none", "int4")
+# The decoder families Vigil runs, by Hugging Face `model_type` (model/families.py).
+DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
+
+# Weight-only quantizations of a decoder (model.quantized); "none" keeps --dtype's;
+# "auto" follows the model's own weights on this device (engine/precision.py).
+QUANTIZATIONS = ("none", "int4", "int8", "auto")
 
 # The RoPE variants model/rope.py computes, as Hugging Face configs name them.
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
@@ -179,6 +184,18 @@ def layer_windows(cfg: dict[str, Any], default_types: list[str]) -> tuple[int | 
     return tuple(int(window) if t == "sliding_attention" else None for t in types)
 
 
+# The BERT-family encoders model/bert.py runs, by Hugging Face `model_type`.
+BERT_FAMILY = ("bert", "roberta", "xlm-roberta")
+
+
+class Pooling(StrEnum):
+    """How an embedder makes one vector of a text's last hidden states (model/pooling.py)."""
+
+    MEAN = "mean"  # average of the real tokens' last hidden states
+    CLS = "cls"  # the first token's (BERT's [CLS], RoBERTa's <s>)
+    LAST = "lasttoken"  # the last real token's: decoder embedders, whose last token saw all
+
+
 @dataclass(frozen=True, slots=True)
 class BertConfig:
     vocab_size: int
@@ -186,12 +203,20 @@ class BertConfig:
     intermediate_size: int
     num_layers: int
     num_heads: int
-    max_position: int
+    max_position: int  # rows of the position table
     type_vocab_size: int
     layer_norm_eps: float
+    # Position of the first token in the table: RoBERTa and XLM-R count positions from
+    # padding_idx + 1 (their table's first rows belong to padding); BERT from 0.
+    position_offset: int = 0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_position - self.position_offset
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> BertConfig:
+        roberta = cfg.get("model_type") in ("roberta", "xlm-roberta")
         return cls(
             vocab_size=cfg["vocab_size"],
             hidden_size=cfg["hidden_size"],
@@ -201,4 +226,5 @@ class BertConfig:
             max_position=cfg["max_position_embeddings"],
             type_vocab_size=cfg.get("type_vocab_size", 2),
             layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
+            position_offset=int(cfg.get("pad_token_id") or 0) + 1 if roberta else 0,
         )

@@ -1,13 +1,12 @@
 """The decoder families Vigil runs, by Hugging Face `model_type`: how each reads its
-config, which module builds it, and how its checkpoint's weights become ours."""
+config and which module builds it (loaders/assembly.py fuses their checkpoints'
+q/k/v and gate/up projections into ours)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from vigil.engine.model import llama, mistral, phi3, qwen2, qwen3
 from vigil.engine.model.config import DecoderConfig
@@ -16,7 +15,7 @@ from vigil.engine.model.gemma import (
     gemma2_config_from_hf,
     gemma3_config_from_hf,
 )
-from vigil.engine.model.llama import LlamaForCausalLM, fuse_projections
+from vigil.engine.model.llama import LlamaForCausalLM
 
 CausalLM = LlamaForCausalLM | GemmaForCausalLM
 
@@ -25,8 +24,6 @@ CausalLM = LlamaForCausalLM | GemmaForCausalLM
 class Family:
     config_from_hf: Callable[[dict[str, Any]], DecoderConfig]
     model: type[LlamaForCausalLM] | type[GemmaForCausalLM]
-    # Hugging Face-named weights -> our layout, in place (given the number of layers)
-    to_our_layout: Callable[[dict[str, torch.Tensor], int], None] = fuse_projections
 
 
 FAMILIES: dict[str, Family] = {
@@ -34,7 +31,7 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(mistral.config_from_hf, LlamaForCausalLM),
     "qwen2": Family(qwen2.config_from_hf, LlamaForCausalLM),
     "qwen3": Family(qwen3.config_from_hf, LlamaForCausalLM),
-    "phi3": Family(phi3.config_from_hf, LlamaForCausalLM, phi3.keep_layout),
+    "phi3": Family(phi3.config_from_hf, LlamaForCausalLM),
     "gemma2": Family(gemma2_config_from_hf, GemmaForCausalLM),
     "gemma3_text": Family(gemma3_config_from_hf, GemmaForCausalLM),
 }

@@ -7,8 +7,8 @@ checkpoint. Each layer is pre-norm: x + attn(norm(x)), then x + mlp(norm(x)).
 
 Parameter names follow Hugging Face's `LlamaForCausalLM`, except that the q/k/v
 projections are one `qkv_proj` and gate/up one `gate_up_proj` (self_attention.py,
-mlp.py); `fuse_projections` turns a Hugging Face state dict into this layout, and
-the GGUF loader renames its tensors to Hugging Face's names first. RoPE is the
+mlp.py); loaders/assembly.py fuses a checkpoint's as it reads them, and the GGUF
+loader renames its tensors to Hugging Face's names first. RoPE is the
 rotate-half form (the GGUF loader undoes llama.cpp's row permutation).
 """
 
@@ -105,16 +105,3 @@ class LlamaForCausalLM(nn.Module):
         """The RoPE tables, which a build on the meta device leaves empty."""
         cfg = self.config
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position, cfg.rope)
-
-
-def fuse_projections(weights: dict[str, torch.Tensor], num_layers: int) -> None:
-    """Hugging Face layout -> ours, in place: q/k/v rows (and biases, where the family
-    has them) stacked into qkv_proj, gate/up rows into gate_up_proj."""
-    for i in range(num_layers):
-        attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-        for kind in ("weight", "bias"):
-            if f"{attn}q_proj.{kind}" in weights:
-                parts = [weights.pop(f"{attn}{n}_proj.{kind}") for n in ("q", "k", "v")]
-                weights[f"{attn}qkv_proj.{kind}"] = torch.cat(parts)
-        parts = [weights.pop(f"{mlp}{n}_proj.weight") for n in ("gate", "up")]
-        weights[f"{mlp}gate_up_proj.weight"] = torch.cat(parts)

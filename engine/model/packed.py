@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from vigil.engine.kernels import packed_matmul_ext
+from vigil.engine.model.codes import GROUP_SIZE  # weights, or VNNI's activations, a scale
 
-GROUP_SIZE = 32  # weights (int4) or activations (VNNI) sharing one scale
 VNNI_BLOCK = 16  # outputs one vector of the VNNI kernel holds
 
 

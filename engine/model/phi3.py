@@ -7,14 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from vigil.engine.model.config import DecoderConfig, decoder_fields, every_layer_window
 
 
 def config_from_hf(cfg: dict[str, Any]) -> DecoderConfig:
     return DecoderConfig(**decoder_fields(cfg), layer_windows=every_layer_window(cfg))
-
-
-def keep_layout(weights: dict[str, torch.Tensor], num_layers: int) -> None:
-    """Phi-3's checkpoint layout is ours already."""

@@ -1,13 +1,16 @@
-"""Weight-only int4 linears (`--quantization int4`), for decoding on CPU.
+"""Weight-only int4 and int8 linears (`--quantization int4|int8`), for decoding on CPU.
 
 At the batch sizes of decoding a step's time is the time to read the weights, so
 fewer bytes per weight is the speed-up: 4 bits and a scale and zero per group of 32
 (0.56-0.63 bytes a weight, against float32's 4). That is the layout of the GGUF Q4_1
-the bundled model ships in (each group's w = q * d + m, q in 0..15), so quantizing its
-dequantized weights gives back the same q, d and m: int4 loses nothing of such a
-model, only the rounding of the activations (to bfloat16, or to int8 per group of 32
-with the VNNI kernel) and of d and m (bfloat16 for ATen's kernels, float16 for VNNI's,
-which holds a Q4_1 file's own float16 d and m exactly).
+the bundled model ships in (each group's w = q * d + m, q in 0..15), and Q4_0's and
+Q4_K's are re-expressed in it (model/codes.py): a 4-bit file's own codes are packed
+as they are read (loaders/assembly.py), so int4 loses nothing of such a model but the
+rounding of the activations (to bfloat16, or to int8 per group of 32 with the VNNI
+kernel) and of d and m (bfloat16 for ATen's kernels, float16 for VNNI's, which holds
+Q4_0's and Q4_1's own float16 d and m exactly; Q4_K's d times its 6-bit sub-block
+scales take 17 bits, rounded to float16's 11). int8 is Q8_0's layout: symmetric, one
+scale per group of 32 with the VNNI kernel.
 
 The output head is int8 (symmetric; one scale per group of 32 with the VNNI kernel,
 Q8_0's rule, per output row with ATen's and AVX2's, which take no other), not int4: the
@@ -37,14 +40,18 @@ from torch import nn
 
 from vigil.engine.kernels import int4_decode_ext
 from vigil.engine.model.attention import AttentionMetadata
+from vigil.engine.model.codes import (
+    Codes,
+    Int4Codes,
+    Int8Codes,
+    quantize_int8,
+)
 from vigil.engine.model.config import QUANTIZATIONS
 from vigil.engine.model.families import CausalLM
 from vigil.engine.model.llama import DecoderLayer, LlamaForCausalLM
 from vigil.engine.model.packed import (
-    GROUP_SIZE,
     Kernel,
     bfloat16_weight,
-    choose_kernel,
     extension,
     few_rows,
     fits,
@@ -114,14 +121,11 @@ class Int4Linear(PackedLinear):
     """(out, in) weight held as int4 groups along `in` (q * d + m, Q4_1's rule), packed
     in its kernel's layout (packed.pack_int4)."""
 
-    def __init__(self, weight: torch.Tensor, kernel: Kernel = Kernel.ATEN) -> None:
-        out_features, in_features = weight.shape
-        if in_features % GROUP_SIZE:
-            raise ValueError(f"in_features {in_features} is not a multiple of {GROUP_SIZE}")
+    def __init__(self, codes: Int4Codes, kernel: Kernel = Kernel.ATEN) -> None:
+        out_features, in_features = codes.shape
         super().__init__(in_features, out_features, kernel)
-        q, scale, low = quantize_int4(weight.float())
-        packed, scales = pack_int4(q, scale, low, self.kernel)
-        self.hold(packed, scales, dequantize_int4(q, scale, low))
+        packed, scales = pack_int4(codes.q, codes.d, codes.m, self.kernel)
+        self.hold(packed, scales, codes.dequantize())
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
         return int4_mm(self.kernel, rows, self.packed, self.scales)
@@ -130,18 +134,17 @@ class Int4Linear(PackedLinear):
 class Int8Linear(PackedLinear):
     """(out, in) weight held as int8, symmetric, with one scale per output row or per
     group of 32 along `in` as its kernel takes (packed.int8_group), packed in its
-    kernel's layout (packed.pack_int8)."""
+    kernel's layout (packed.pack_int8). Codes of another grouping are requantized
+    to the kernel's."""
 
-    def __init__(self, weight: torch.Tensor, kernel: Kernel = Kernel.ATEN) -> None:
-        out_features, in_features = weight.shape
+    def __init__(self, codes: Int8Codes, kernel: Kernel = Kernel.ATEN) -> None:
+        out_features, in_features = codes.shape
         super().__init__(in_features, out_features, kernel)
         group = int8_group(self.kernel, in_features)
-        w = weight.float().view(out_features, in_features // group, group)
-        scale = w.abs().amax(dim=-1) / 127  # (out, groups)
-        safe = torch.where(scale > 0, scale, torch.ones_like(scale)).unsqueeze(-1)
-        q = (w / safe).round().clamp(-127, 127)
-        packed, scales = pack_int8(q.view(out_features, in_features), scale, self.kernel)
-        self.hold(packed, scales, (q * scale.unsqueeze(-1)).view(out_features, in_features))
+        if codes.group != group:
+            codes = quantize_int8(codes.dequantize(), group)
+        packed, scales = pack_int8(codes.q, codes.d, self.kernel)
+        self.hold(packed, scales, codes.dequantize())
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
         return int8_mm(self.kernel, rows, self.packed, self.scales)
@@ -149,24 +152,6 @@ class Int8Linear(PackedLinear):
     def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Weight rows `ids`, (n, in), in `dtype`."""
         return int8_rows(self.packed, self.scales, self.kernel, ids, dtype)
-
-
-def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, in) float -> q (out, in) int32 in 0..15, and each group's scale d and
-    minimum m (out, in / GROUP_SIZE), such that w ~ q * d + m (Q4_1's rule)."""
-    out_features, in_features = weight.shape
-    groups = weight.view(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
-    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
-    scale = (high - low) / 15
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant group: q = 0
-    q = ((groups - low.unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp(0, 15)
-    return q.to(torch.int32).view(out_features, in_features), scale, low
-
-
-def dequantize_int4(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
-    out_features, in_features = q.shape
-    groups = q.view(out_features, in_features // GROUP_SIZE, GROUP_SIZE).float()
-    return (groups * scale.unsqueeze(-1) + low.unsqueeze(-1)).view(out_features, in_features)
 
 
 class Int8Embedding(nn.Module):
@@ -181,26 +166,30 @@ class Int8Embedding(nn.Module):
         return self.rows.rows(ids, self.dtype)
 
 
-def quantize_model(model: CausalLM, fused: bool = True, kernel: Kernel | None = None) -> None:
-    """Every linear of the decoder layers -> Int4Linear and the output head ->
-    Int8Linear, in place. A head tied to the token embeddings also serves the lookups
-    (Int8Embedding): the float table goes, 113 MB of the bundled model in float32.
-    `kernel`: by default the one measured fastest on this CPU (packed.choose_kernel)."""
-    kernel = choose_kernel() if kernel is None else kernel
-    for parent in model.model.layers.modules():
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):  # qkv_proj, o_proj, gate_up_proj, down_proj
-                linear = Int4Linear(child.weight.detach(), kernel)
-                if child.bias is not None:
-                    linear.bias = child.bias.detach()
-                setattr(parent, name, linear)
-    embed = model.model.embed_tokens
-    tied = model.lm_head.weight is embed.weight
-    head = Int8Linear(model.lm_head.weight.detach(), kernel)
+def packed_linear(codes: Codes, bias: torch.Tensor | None, kernel: Kernel) -> PackedLinear:
+    linear: PackedLinear
+    if isinstance(codes, Int4Codes):
+        linear = Int4Linear(codes, kernel)
+    else:
+        linear = Int8Linear(codes, kernel)
+    if bias is not None:
+        linear.bias = bias.detach()
+    return linear
+
+
+def quantize_head(model: CausalLM, codes: Int8Codes, dtype: torch.dtype, kernel: Kernel) -> None:
+    """The output head -> Int8Linear of `codes`. A head tied to the token embeddings
+    also serves the lookups (Int8Embedding): the float table goes, 113 MB of the
+    bundled model in float32."""
+    head = Int8Linear(codes, kernel)
     model.lm_head = head  # type: ignore[assignment]
-    if tied:
-        model.model.embed_tokens = Int8Embedding(head, embed.weight.dtype)  # type: ignore[assignment]
-    kernels = int4_decode_ext() if fused and fused_kernel_takes(model) else None
+    if model.config.tie_word_embeddings:
+        model.model.embed_tokens = Int8Embedding(head, dtype)  # type: ignore[assignment]
+
+
+def attach_fused_decode(model: CausalLM) -> None:
+    """FusedDecodeLayers for the all-decode steps, where the native kernel takes the model."""
+    kernels = int4_decode_ext() if fused_kernel_takes(model) else None
     if kernels is not None:
         assert isinstance(model, LlamaForCausalLM)
         model.decode_layers = FusedDecodeLayers(model, kernels)
@@ -209,13 +198,17 @@ def quantize_model(model: CausalLM, fused: bool = True, kernel: Kernel | None = 
 def fused_kernel_takes(model: CausalLM) -> bool:
     """Whether int4_decode.cpp computes this model's layers: Llama's, as they are
     (no biases, q/k norms, windows or soft-caps, SiLU), which Mistral without a
-    window is too; other families run their layers' own forward."""
+    window is too, with every linear int4, or int8 in the VNNI kernel's layout (a
+    file's finer tensors); other models run their layers' own forward."""
     cfg = model.config
+    linears = [m for m in model.model.layers.modules() if isinstance(m, PackedLinear)]
     return (
         isinstance(model, LlamaForCausalLM)
         and not (cfg.qkv_bias or cfg.o_proj_bias or cfg.qk_norm or cfg.layer_windows)
         and cfg.attn_softcap is None
         and cfg.hidden_act == "silu"
+        and len(linears) == 4 * cfg.num_layers
+        and all(isinstance(m, Int4Linear) or m.kernel is Kernel.VNNI for m in linears)
     )
 
 
@@ -237,7 +230,7 @@ class FusedDecodeLayers:
             attn, mlp = layer.self_attn, layer.mlp
             self.norms += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
             for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
-                assert isinstance(linear, Int4Linear)
+                assert isinstance(linear, PackedLinear)
                 self.linears += [linear.packed, linear.scales]
                 self.kernels_used.add(linear.kernel)
 
@@ -277,6 +270,9 @@ class FusedDecodeLayers:
 def check_quantization(name: str, device: torch.device) -> str:
     if name not in QUANTIZATIONS:
         raise ValueError(f"quantization {name!r} is not supported ({', '.join(QUANTIZATIONS)})")
-    if name == "int4" and device.type != "cpu":
-        raise ValueError("quantization 'int4' runs on CPU only; on CUDA use --dtype bfloat16")
+    if name in ("int4", "int8") and device.type != "cpu":
+        raise ValueError(
+            f"quantization {name!r} runs on CPU only; on CUDA use --dtype bfloat16 "
+            "(or --quantization auto)"
+        )
     return name

@@ -1,7 +1,7 @@
-"""Decode-step time of `--dtype bfloat16` and `--quantization int4` against float32,
-in one process.
+"""Decode-step time of `--dtype bfloat16`, `--quantization int4` and `int8` against
+float32, in one process.
 
-    .venv/bin/python ops/bench/precision_bench.py [--modes bfloat16,int4] [--batch 1,4,16]
+    .venv/bin/python ops/bench/precision_bench.py [--modes bfloat16,int4,int8] [--batch 1,4,16]
         [--rounds 6] [--steps 8] [--threads 1] [--prefill-tokens 256]
 
 For each batch size, one engine per mode holds that many sequences (16-token prompts,
@@ -13,7 +13,8 @@ ratio to float32 and the spread of the per-round ratios; then one prompt's prefi
 
 Whether bfloat16 pays on CPU depends on the CPU: with AVX-512 BF16 or AMX, oneDNN runs
 bfloat16 matmuls natively; without them (AVX2 only) torch converts and is slower than
-float32. The table's first line says which kind this machine is.
+float32. The table's first line says which kind this machine is. `--quantization auto`
+serves float weights as float32 on CPU from this table (README "Precision").
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ MODES = {  # name -> load_language_model's dtype and quantization
     "float32": (torch.float32, "none"),
     "bfloat16": (torch.bfloat16, "none"),
     "int4": (torch.float32, "int4"),
+    "int8": (torch.float32, "int8"),
 }
 
 
@@ -114,7 +116,7 @@ def cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="bfloat16,int4", help=f"of {', '.join(MODES)}")
+    parser.add_argument("--modes", default="bfloat16,int4,int8", help=f"of {', '.join(MODES)}")
     parser.add_argument("--batch", default="1,4,16")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from vigil.engine.bundled import MINILM, bundled_source
-from vigil.engine.loaders.embedder import EmbeddingModel, Pooling, load_embedding_model
+from vigil.engine.loaders.embedder import EmbeddingModel, load_embedding_model
 from vigil.engine.loaders.embedder_tokenizer import read_embedding_tokenizer
+from vigil.engine.model.config import Pooling
 
 pytestmark = pytest.mark.slow
 

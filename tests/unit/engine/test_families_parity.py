@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from quantized_models import quantize_model
 from tiny_checkpoints import (
     CASES,
     SHAPE,
@@ -27,8 +28,8 @@ from vigil.engine.bundled import ModelFormat, ModelKind, ModelSource
 from vigil.engine.kernels import packed_matmul_ext
 from vigil.engine.loaders.llm import load_language_model
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
+from vigil.engine.model.codes import quantize_int4
 from vigil.engine.model.packed import Kernel
-from vigil.engine.model.quantized import dequantize_int4, quantize_int4, quantize_model
 
 
 def _load(case: str, folder: Path) -> Tiny:
@@ -86,7 +87,7 @@ def test_int4_layers_compute_the_float_layers_of_their_own_weights(tiny: Tiny) -
     rounded = copy.deepcopy(tiny.ours.model)
     for module in rounded.model.layers.modules():
         if isinstance(module, torch.nn.Linear):
-            module.weight.copy_(dequantize_int4(*quantize_int4(module.weight)))
+            module.weight.copy_(quantize_int4(module.weight).dequantize())
     if rounded.config.tie_word_embeddings:  # the lookups read the int8 head's rows
         rounded.model.embed_tokens = quantized.model.embed_tokens
     ids = prompts()[2]

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from quantized_models import quantize_model
 
 from vigil.engine.kernels import int4_decode_ext, packed_matmul_ext, paged_attention_ext
 from vigil.engine.model.attention import AttentionMetadata, PrefillSpan
+from vigil.engine.model.codes import quantize_int8
 from vigil.engine.model.config import DecoderConfig
 from vigil.engine.model.llama import LlamaForCausalLM
 from vigil.engine.model.packed import Kernel, few_rows
-from vigil.engine.model.quantized import FusedDecodeLayers, quantize_model
+from vigil.engine.model.quantized import (
+    FusedDecodeLayers,
+    Int8Linear,
+    attach_fused_decode,
+)
 
 BLOCK = 4
 CFG = DecoderConfig(
@@ -30,10 +36,14 @@ CFG = DecoderConfig(
 )
 
 
-def kernels_here() -> list[Kernel]:
+MIXED = "vnni+int8"  # VNNI int4 linears, with qkv and down int8 (a Q4_K_M's Q6_K ones)
+
+
+def kernels_here() -> list[Kernel | str]:
     """ATen's and packed_matmul.h's run on any x86 CPU here; VNNI's where it has VNNI."""
     ext = packed_matmul_ext()
-    return [Kernel.ATEN, Kernel.AVX2] + ([Kernel.VNNI] if ext is not None and ext.has_vnni else [])
+    vnni = ext is not None and ext.has_vnni
+    return [Kernel.ATEN, Kernel.AVX2] + ([Kernel.VNNI, MIXED] if vnni else [])
 
 
 @pytest.fixture(scope="module", params=kernels_here(), ids=str)
@@ -45,9 +55,17 @@ def model(request: pytest.FixtureRequest) -> LlamaForCausalLM:
         for p in m.parameters():
             if p.dim() == 1:  # norms: not all ones, so a norm applied twice shows
                 p.uniform_(0.5, 1.5)
-    quantize_model(m, kernel=request.param)
+    kernel = Kernel.VNNI if request.param == MIXED else Kernel(request.param)
+    finer = [(layer.self_attn, "qkv_proj") for layer in m.model.layers]
+    finer += [(layer.mlp, "down_proj") for layer in m.model.layers]
+    weights = [getattr(parent, name).weight.detach().clone() for parent, name in finer]
+    quantize_model(m, kernel=kernel)
+    if request.param == MIXED:
+        for (parent, name), w in zip(finer, weights, strict=True):
+            setattr(parent, name, Int8Linear(quantize_int8(w), kernel))
+        attach_fused_decode(m)
     assert isinstance(m.decode_layers, FusedDecodeLayers)
-    assert m.decode_layers.kernels_used == {request.param}  # the shapes fit it: no fallback
+    assert m.decode_layers.kernels_used == {kernel}  # the shapes fit it: no fallback
     return m.eval()
 
 
@@ -193,7 +211,7 @@ def test_bad_arguments_are_refused_before_any_read(model: LlamaForCausalLM) -> N
     if layers.linears[1].dtype == torch.float16:  # VNNI's weights: read as raw memory too
         short = list(layers.linears)
         short[0] = short[0][:, :, :3]
-        with pytest.raises(RuntimeError, match=r"\(N / 16, K / 32, 4, 64\) contiguous uint8"):
+        with pytest.raises(RuntimeError, match=r"\(N / 16, K / 32, [48], 64\) contiguous uint8"):
             call(linears=short)
     if layers.linears[1].dtype == torch.float32:  # packed_matmul's weights: read as raw memory
         short = list(layers.linears)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from vigil.engine.kernels import packed_matmul_ext
 from vigil.engine.loaders import llm
 from vigil.engine.model import packed
+from vigil.engine.model.codes import quantize_int4, quantize_int8
 from vigil.engine.model.packed import (
     AVX2_FEW_ROWS,
     FEW_ROWS,
@@ -32,8 +34,6 @@ from vigil.engine.model.quantized import (
     Int8Embedding,
     Int8Linear,
     check_quantization,
-    dequantize_int4,
-    quantize_int4,
 )
 
 
@@ -51,16 +51,16 @@ def q4_1_weight(out_features: int, in_features: int, seed: int = 0) -> torch.Ten
 
 def test_q4_1_weights_come_back_exactly() -> None:
     w = q4_1_weight(64, 128)
-    q, scale, low = quantize_int4(w)
-    assert q.min() >= 0 and q.max() <= 15
-    torch.testing.assert_close(dequantize_int4(q, scale, low), w, rtol=0, atol=1e-6)
+    codes = quantize_int4(w)
+    assert codes.q.min() >= 0 and codes.q.max() <= 15
+    torch.testing.assert_close(codes.dequantize(), w, rtol=0, atol=1e-6)
 
 
 def test_a_constant_group_quantizes_without_dividing_by_zero() -> None:
     w = torch.full((4, GROUP_SIZE), 0.25)
-    q, scale, low = quantize_int4(w)
-    assert torch.equal(q, torch.zeros_like(q))
-    torch.testing.assert_close(dequantize_int4(q, scale, low), w)
+    codes = quantize_int4(w)
+    assert torch.equal(codes.q, torch.zeros_like(codes.q))
+    torch.testing.assert_close(codes.dequantize(), w)
 
 
 @pytest.fixture(params=[True, False], ids=["bfloat16", "float32"])
@@ -111,7 +111,7 @@ def test_int4_linear_matches_the_float_matmul_at_every_row_count(
     rows = {"few": few, "few + 1": few + 1}.get(str(rows), rows)
     assert isinstance(rows, int)
     w = q4_1_weight(96, 256, seed=rows)
-    layer = Int4Linear(w, kernel)
+    layer = Int4Linear(quantize_int4(w), kernel)
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(1))
     out = layer(x)
     assert out.dtype == torch.float32 and out.shape == (rows, 96)
@@ -125,7 +125,7 @@ def test_the_kernels_switch_at_few_rows(kernel: Kernel) -> None:
     """Few rows read the packed weights, more rows the bfloat16 copy: spoil the copy and
     only the many-rows answer changes. A kernel for every row keeps no copy."""
     w = q4_1_weight(32, 64)
-    layer = Int4Linear(w, kernel)
+    layer = Int4Linear(quantize_int4(w), kernel)
     limit = few_rows(kernel)
     if limit is None:
         assert layer.dequantized is None
@@ -147,7 +147,7 @@ def test_bfloat16_weights_are_prepacked_where_native_and_compute_the_same() -> N
 
 
 def test_int4_linear_keeps_leading_dims_and_a_bfloat16_model() -> None:
-    layer = Int4Linear(q4_1_weight(32, 64))
+    layer = Int4Linear(quantize_int4(q4_1_weight(32, 64)))
     x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
     assert layer(x).shape == (2, 3, 32) and layer(x).dtype == torch.bfloat16
 
@@ -157,7 +157,7 @@ def test_int4_linear_keeps_leading_dims_and_a_bfloat16_model() -> None:
 def test_int8_linear_is_within_a_row_scale_of_the_float_matmul(rows: int, kernel: Kernel) -> None:
     g = torch.Generator().manual_seed(2)
     w, x = torch.randn(128, 64, generator=g) * 0.05, torch.randn(rows, 64, generator=g)
-    out = Int8Linear(w, kernel)(x)
+    out = Int8Linear(quantize_int8(w), kernel)(x)
     torch.testing.assert_close(out, F.linear(x, w), rtol=0.02, atol=0.05)
 
 
@@ -165,9 +165,9 @@ def test_the_avx2_kernels_are_exact_on_float_activations() -> None:
     """No bfloat16 rounding of the activations: float32 summation order only."""
     w = q4_1_weight(40, 128, seed=5)
     x = torch.randn(11, 128, generator=torch.Generator().manual_seed(6))  # tiles of 8 and 3
-    int4 = Int4Linear(w, Kernel.AVX2)
+    int4 = Int4Linear(quantize_int4(w), Kernel.AVX2)
     torch.testing.assert_close(int4.packed_mm(x), F.linear(x, w), rtol=1e-5, atol=1e-5)
-    int8 = Int8Linear(w, Kernel.AVX2)
+    int8 = Int8Linear(quantize_int8(w), Kernel.AVX2)
     exact = F.linear(x, int8.packed.float() * int8.scales.float().unsqueeze(1))
     torch.testing.assert_close(int8.packed_mm(x), exact, rtol=1e-5, atol=1e-5)
 
@@ -189,11 +189,11 @@ def test_the_vnni_kernels_are_exact_on_int8_activations() -> None:
     x = torch.randn(11, 128, generator=g)
     x[3, 32:64] = 0  # a group of zeros: scale 0, no division by it
     reference = int8_groups(x).double()
-    int4 = Int4Linear(w, Kernel.VNNI)
+    int4 = Int4Linear(quantize_int4(w), Kernel.VNNI)
     d, m = int4.scales.float().permute(0, 3, 1, 2).reshape(48, -1, 2).unbind(-1)
-    held = dequantize_int4(quantize_int4(w)[0], d, m).double()
+    held = replace(quantize_int4(w), d=d, m=m).dequantize().double()
     torch.testing.assert_close(int4.packed_mm(x).double(), reference @ held.T, rtol=1e-5, atol=1e-5)
-    int8 = Int8Linear(w, Kernel.VNNI)
+    int8 = Int8Linear(quantize_int8(w), Kernel.VNNI)
     rows = int8.rows(torch.arange(48), torch.float64)
     torch.testing.assert_close(int8.packed_mm(x).double(), reference @ rows.T, rtol=1e-5, atol=1e-5)
 
@@ -208,14 +208,15 @@ def test_vnni_int8_holds_a_q8_0_table_exactly() -> None:
     d = (torch.rand(32, 4, generator=g) * 0.01 + 1e-3).half().float()
     w = (q.view(32, 4, GROUP_SIZE) * d.unsqueeze(-1)).view(32, 128)
     everything = torch.arange(32)
-    assert torch.equal(Int8Linear(w, Kernel.VNNI).rows(everything, torch.float32), w)
-    assert not torch.equal(Int8Linear(w, Kernel.ATEN).rows(everything, torch.float32), w)
+    codes = quantize_int8(w)
+    assert torch.equal(Int8Linear(codes, Kernel.VNNI).rows(everything, torch.float32), w)
+    assert not torch.equal(Int8Linear(codes, Kernel.ATEN).rows(everything, torch.float32), w)
 
 
 def test_the_avx2_kernels_refuse_mismatched_weights() -> None:
     kernel = packed_matmul_ext()
     assert kernel is not None
-    layer = Int4Linear(q4_1_weight(8, 64), Kernel.AVX2)
+    layer = Int4Linear(quantize_int4(q4_1_weight(8, 64)), Kernel.AVX2)
     x = torch.zeros(2, 64)
     with pytest.raises(RuntimeError, match="multiple of 32"):
         kernel.int4_mm(torch.zeros(2, 48), layer.packed, layer.scales)
@@ -225,20 +226,20 @@ def test_the_avx2_kernels_refuse_mismatched_weights() -> None:
         kernel.int4_mm(x, layer.packed, layer.scales[:-1])
     with pytest.raises(RuntimeError, match="dm: "):
         kernel.int4_mm(x, layer.packed, layer.scales.bfloat16())
-    head = Int8Linear(torch.randn(8, 64), Kernel.AVX2)
+    head = Int8Linear(quantize_int8(torch.randn(8, 64)), Kernel.AVX2)
     with pytest.raises(RuntimeError, match="q: "):
         kernel.int8_mm(x, head.packed[:, :32], head.scales)
     with pytest.raises(RuntimeError, match="scales: "):
         kernel.int8_mm(x, head.packed, head.scales.float())
     # not whole groups: ATen's
-    assert Int8Linear(torch.randn(8, 48), Kernel.AVX2).kernel is Kernel.ATEN
+    assert Int8Linear(quantize_int8(torch.randn(8, 48)), Kernel.AVX2).kernel is Kernel.ATEN
 
 
 @needs_vnni
 def test_the_vnni_kernels_refuse_mismatched_weights() -> None:
     kernel = packed_matmul_ext()
     assert kernel is not None
-    layer = Int4Linear(q4_1_weight(32, 64), Kernel.VNNI)
+    layer = Int4Linear(quantize_int4(q4_1_weight(32, 64)), Kernel.VNNI)
     x = torch.zeros(2, 64)
     with pytest.raises(RuntimeError, match="multiple of 32"):
         kernel.vnni_int4_mm(torch.zeros(2, 48), layer.packed, layer.scales)
@@ -250,7 +251,7 @@ def test_the_vnni_kernels_refuse_mismatched_weights() -> None:
         kernel.vnni_int4_mm(x, layer.packed, layer.scales[:1])
     with pytest.raises(RuntimeError, match="dm: "):
         kernel.vnni_int4_mm(x, layer.packed, layer.scales.float())
-    head = Int8Linear(torch.randn(32, 64), Kernel.VNNI)
+    head = Int8Linear(quantize_int8(torch.randn(32, 64)), Kernel.VNNI)
     with pytest.raises(RuntimeError, match="u: "):
         kernel.vnni_int8_mm(x, head.packed[:, :, :4], head.scales)
     with pytest.raises(RuntimeError, match="d: "):
@@ -258,7 +259,7 @@ def test_the_vnni_kernels_refuse_mismatched_weights() -> None:
     with pytest.raises(RuntimeError, match="d: "):
         kernel.vnni_int8_mm(x, head.packed, head.scales.float())
     # 40 outputs are not whole blocks of 16: ATen's (whose int4 kernel takes no such either)
-    assert Int8Linear(torch.randn(40, 64), Kernel.VNNI).kernel is Kernel.ATEN
+    assert Int8Linear(quantize_int8(torch.randn(40, 64)), Kernel.VNNI).kernel is Kernel.ATEN
 
 
 @pytest.mark.parametrize("kind", ["avx2", pytest.param("vnni", marks=needs_vnni)])
@@ -303,16 +304,18 @@ def test_the_own_kernels_let_other_python_threads_run_meanwhile(kind: str) -> No
 
 def test_in_features_must_be_whole_groups() -> None:
     with pytest.raises(ValueError, match="multiple of 32"):
-        Int4Linear(torch.zeros(8, 48))
+        Int4Linear(quantize_int4(torch.zeros(8, 48)))
 
 
 def test_unknown_quantization_or_a_cuda_device_is_refused() -> None:
     assert check_quantization("int4", torch.device("cpu")) == "int4"
     assert check_quantization("none", torch.device("cuda")) == "none"
-    with pytest.raises(ValueError, match="none, int4"):
+    with pytest.raises(ValueError, match="none, int4, int8, auto"):
         check_quantization("int3", torch.device("cpu"))
-    with pytest.raises(ValueError, match="CPU only"):
-        check_quantization("int4", torch.device("cuda"))
+    assert check_quantization("auto", torch.device("cuda")) == "auto"
+    for name in ("int4", "int8"):
+        with pytest.raises(ValueError, match="CPU only"):
+            check_quantization(name, torch.device("cuda"))
 
 
 def test_an_int4_model_holds_fewer_bytes_than_float32(smollm2, smollm2_int4) -> None:  # type: ignore[no-untyped-def]
@@ -330,7 +333,7 @@ def test_an_int4_model_holds_fewer_bytes_than_float32(smollm2, smollm2_int4) -> 
 
 def test_int8_embedding_rows_are_the_heads_weights(kernel: Kernel) -> None:
     w = torch.randn(64, 64, generator=torch.Generator().manual_seed(3))
-    head = Int8Linear(w, kernel)
+    head = Int8Linear(quantize_int8(w), kernel)
     assert head.kernel is kernel
     ids = torch.tensor([4, 0, 63, 17])
     rows = Int8Embedding(head, torch.float32)(ids)

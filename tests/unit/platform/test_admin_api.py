@@ -393,7 +393,7 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
             {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "params": {"quantization": "q2"}},
             400,
             "params.quantization",
-            "quantization (none, int4)",
+            "quantization (none, int4, int8, auto)",
         ),
         (
             "POST",

@@ -58,7 +58,7 @@ def test_parse_bytes(text: str, expected: int) -> None:
         ({"max_num_seqs": "0"}, r"--max-num-seqs \(VIGIL_MAX_NUM_SEQS\): must be at least 1"),
         ({"kv_cache_memory": "lots"}, "--kv-cache-memory .*size in bytes"),
         ({"routing": "random"}, "--routing .*must be one of p2c, round_robin; got 'random'"),
-        ({"quantization": "int8"}, "--quantization .*must be one of none, int4; got 'int8'"),
+        ({"quantization": "int3"}, "--quantization .*must be one of none, int4, int8, auto; got"),
         ({"device": "tpu"}, "--device .*must be auto, cpu, cuda or cuda:N, got 'tpu'"),
     ],
 )
