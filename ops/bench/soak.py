@@ -78,7 +78,8 @@ def processes(port: int) -> dict[str, int]:
         if "serve" in args and "--port" in args and args[args.index("--port") + 1] == str(port):
             gateway = int(proc.name)
     assert gateway is not None, f"no `vigil serve --port {port}` on this machine"
-    workers = sorted(pid for pid, ppid, args in table if ppid == gateway and "worker" in args)
+    module = "vigil.platform.worker.local"  # how `vigil serve` starts its workers
+    workers = sorted(pid for pid, ppid, args in table if ppid == gateway and module in args)
     return {"gateway": gateway, **{f"worker-{i}": pid for i, pid in enumerate(workers)}}
 
 

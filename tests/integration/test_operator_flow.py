@@ -186,7 +186,7 @@ class Stream:
 
 def worker_pid(server: Any, worker_id: str) -> int:
     out = subprocess.run(
-        ["pgrep", "-P", str(server.pid), "-f", "--", f"--worker-id {worker_id} "],
+        ["pgrep", "-P", str(server.pid), "-f", "--", f"vigil.platform.worker.local {worker_id}$"],
         capture_output=True,
         text=True,
     ).stdout.split()
