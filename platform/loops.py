@@ -3,8 +3,9 @@
 live sampler      once a second, a point of the live numbers (telemetry/sampling.py);
                   every VIEW_RELOAD_EVERY points, the serving view read again (another
                   gateway on the database may have changed it) and the replicas gone
-                  silent marked down; every SESSION_PURGE_EVERY, expired console
-                  sessions deleted
+                  silent marked down (a worker.down decision and webhook, unless it
+                  was draining) or, down for an hour, forgotten; every
+                  SESSION_PURGE_EVERY, expired console sessions deleted
 changes           other gateways' admin writes, heard (PostgreSQL); this gateway's
                   announced to them
 loop owner        which gateway runs the SLO loop and webhook delivery (one does:
@@ -20,8 +21,11 @@ import logging
 
 from vigil.platform.alerts.delivery import WebhookDelivery
 from vigil.platform.control.changes import ChangeFeed
+from vigil.platform.control.db import utcnow
 from vigil.platform.control.ownership import LoopOwnership
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.replicas.records import ReplicaRecord, ReplicaStatus
+from vigil.platform.control.webhooks.records import WebhookEvent
 from vigil.platform.gateway.fleet import REPLICA_WRITE_S
 from vigil.platform.gateway.serving_sync import ServingSync
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
@@ -102,7 +106,8 @@ class BackgroundLoops:
             if n % VIEW_RELOAD_EVERY == 0:
                 try:
                     await self.serving.reload()
-                    await self.plane.replicas.mark_silent_down(REPLICA_SILENT_S)
+                    for replica in await self.plane.replicas.mark_silent_down(REPLICA_SILENT_S):
+                        await worker_lost(self.plane, replica)
                 except Exception:  # serving goes on with the view it has
                     log.exception("could not reload the serving view")
             if n % SESSION_PURGE_EVERY == 0:
@@ -120,3 +125,24 @@ class BackgroundLoops:
             except Exception:  # the next tick tries again
                 log.exception("the SLO loop failed")
             await asyncio.sleep(SLO_INTERVAL_S)
+
+
+async def worker_lost(plane: ControlPlane, replica: ReplicaRecord) -> None:
+    """A worker gone silent is a decision of its own, sent to the webhooks that asked
+    for worker.down; one that was draining left on purpose (a scale-down, a rollout)
+    and is only marked down."""
+    if replica.status is ReplicaStatus.DRAINING:
+        return
+    silent_s = (utcnow() - replica.last_heartbeat_at).total_seconds()
+    versions = ", ".join(replica.versions) or "nothing"
+    reason = (
+        f"worker {replica.id} ({replica.address}) silent for {silent_s:.0f} s, "
+        f"serving {versions}: its traffic goes to the other workers"
+    )
+    details = {
+        "worker": replica.id,
+        "address": replica.address,
+        "silent_s": round(silent_s, 1),
+        "versions": list(replica.versions),
+    }
+    await plane.alerts.decide("", "worker", "down", reason, details, WebhookEvent.WORKER_DOWN)

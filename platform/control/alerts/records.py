@@ -33,6 +33,7 @@ RUNBOOK_OF_DECISION = {
     "shed_batch": "slo-burn",
     "fallback": "slo-burn",
     "rollback": "canary-rollback",
+    "worker": "worker-down",
 }
 
 
@@ -135,6 +136,10 @@ class DecisionRecord:
         at = self.at.isoformat()
         name = "Vigil" + "".join(part.title() for part in self.kind.split("_"))
         labels = {"alertname": name, "service": "vigil", "deployment": self.deployment}
+        if not self.deployment:  # of the fleet, not of one deployment (a worker lost)
+            del labels["deployment"]
+        if "worker" in self.details:
+            labels["worker"] = str(self.details["worker"])
         if ongoing is None:
             labels["decision"] = self.decision
         labels["severity"] = "info"

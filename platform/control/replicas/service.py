@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, cast
 
+from sqlalchemy import CursorResult, delete, update
 from sqlalchemy.exc import IntegrityError
 
 from vigil.platform.control.db import Service, aware, utcnow
 from vigil.platform.control.replicas.records import ReplicaRecord, ReplicaReport, ReplicaStatus
 from vigil.platform.control.replicas.repository import ReplicaRepository
 from vigil.platform.control.replicas.tables import Replica
+
+# A worker down this long is forgotten: the list of workers shows those that are, or were
+# lately, part of the fleet, not every name a restart ever used.
+FORGET_AFTER_S = 3600.0
 
 
 class ReplicaService(Service):
@@ -29,16 +35,45 @@ class ReplicaService(Service):
             row.status = ReplicaStatus.DOWN.value
             return ReplicaRecord.of(row)
 
-    async def mark_silent_down(self, silent_s: float) -> list[str]:
-        """Mark down the replicas not heard from in `silent_s`; their ids."""
-        cutoff = utcnow() - timedelta(seconds=silent_s)
+    async def mark_silent_down(self, silent_s: float) -> list[ReplicaRecord]:
+        """Mark down the replicas not heard from in `silent_s`, and forget those down for
+        FORGET_AFTER_S. Returns the ones this call marked down, as last reported (a
+        DRAINING one left on purpose): when several gateways sweep at once, each row
+        goes to one of them."""
+        now = utcnow()
+        cutoff = now - timedelta(seconds=silent_s)
         async with self._sessions.begin() as session:
-            downed = []
-            for row in await ReplicaRepository(session).list():
-                if row.status != ReplicaStatus.DOWN and aware(row.last_heartbeat_at) < cutoff:
-                    row.status = ReplicaStatus.DOWN.value
-                    downed.append(row.id)
-            return downed
+            rows = await ReplicaRepository(session).list()
+            silent = [
+                ReplicaRecord.of(row)
+                for row in rows
+                if row.status != ReplicaStatus.DOWN and aware(row.last_heartbeat_at) < cutoff
+            ]
+            forgotten = [
+                row.id
+                for row in rows
+                if row.status == ReplicaStatus.DOWN
+                and aware(row.last_heartbeat_at) < now - timedelta(seconds=FORGET_AFTER_S)
+            ]
+        downed = []
+        for record in silent:
+            async with self._sessions.begin() as session:
+                stmt = (
+                    update(Replica)
+                    .where(Replica.id == record.id, Replica.status == record.status.value)
+                    .where(Replica.last_heartbeat_at < cutoff)  # no heartbeat since
+                    .values(status=ReplicaStatus.DOWN.value)
+                )
+                result = await session.execute(stmt)
+                if cast(CursorResult[Any], result).rowcount == 1:
+                    downed.append(record)
+        if forgotten:
+            async with self._sessions.begin() as session:
+                gone = delete(Replica).where(
+                    Replica.id.in_(forgotten), Replica.status == ReplicaStatus.DOWN.value
+                )
+                await session.execute(gone)
+        return downed
 
     async def list(self) -> list[ReplicaRecord]:
         async with self._sessions() as session:

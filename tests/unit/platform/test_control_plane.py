@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from argon2 import PasswordHasher
 from fakes import report_loaded
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vigil.engine.artifacts import artifact_checksum
@@ -27,6 +28,7 @@ from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.replicas import service as replicas_module
 from vigil.platform.control.replicas.records import ReplicaReport, ReplicaStatus
 from vigil.platform.control.specs import (
     ClassLimits,
@@ -37,7 +39,9 @@ from vigil.platform.control.specs import (
 )
 from vigil.platform.control.versions.records import VersionStatus
 from vigil.platform.control.webhooks.records import WebhookEvent
+from vigil.platform.control.webhooks.tables import OutboxMessage
 from vigil.platform.errors import Conflict, InvalidRequest, NotFound
+from vigil.platform.loops import worker_lost
 
 BUNDLED = bundled_version(SMOLLM2)
 STABLE = VersionKey(SMOLLM2, BUNDLED.version)
@@ -655,6 +659,43 @@ async def test_replicas_upsert_on_register_and_heartbeat(plane: ControlPlane) ->
         ("w1", ReplicaStatus.DOWN),
         ("w2", ReplicaStatus.UP),
     ]
+
+
+async def test_a_silent_worker_is_marked_down_once_told_and_later_forgotten(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep every gateway runs: a silent worker is marked down by one call only (a
+    second sweep, as another gateway's, finds nothing), becomes a worker.down decision
+    sent to the webhooks that asked, unless it was draining; down an hour, it is gone."""
+    await plane.webhooks.create("pager", "https://hooks.example/", ["worker.down"], actor="o")
+    lost = ReplicaReport("lost-1", "10.0.0.7:9000", "cpu", 1 << 30, (BUNDLED.key,))
+    await plane.replicas.register(lost)
+    await plane.replicas.register(
+        replace(lost, id="leaving-1", status=ReplicaStatus.DRAINING, versions=())
+    )
+    assert await plane.replicas.mark_silent_down(3600) == []  # heard from just now
+    downed = await plane.replicas.mark_silent_down(-1)  # every row silent
+    ours = {r.id: r.status for r in downed if r.id in ("lost-1", "leaving-1")}
+    assert ours == {"lost-1": ReplicaStatus.UP, "leaving-1": ReplicaStatus.DRAINING}
+    assert not any(r.id in ours for r in await plane.replicas.mark_silent_down(-1))
+    for record in downed:
+        if record.id in ours:
+            await worker_lost(plane, record)
+    (decision,) = [d for d in await plane.alerts.decisions("") if d.kind == "worker"]
+    assert decision.decision == "down" and decision.details["worker"] == "lost-1"
+    assert decision.details["versions"] == [BUNDLED.key]
+    assert "worker lost-1 (10.0.0.7:9000) silent for" in decision.reason
+    async with plane.outbox._sessions() as session:
+        rows = (await session.execute(select(OutboxMessage))).scalars()
+        sent = [row for row in rows if row.event == WebhookEvent.WORKER_DOWN]
+    assert len(sent) == 1
+    (alert,) = sent[0].payload["alerts"] if "alerts" in sent[0].payload else [sent[0].payload]
+    assert alert["labels"]["worker"] == "lost-1" and "deployment" not in alert["labels"]
+    assert alert["annotations"]["runbook_url"].endswith("/runbooks/worker-down")
+    monkeypatch.setattr(replicas_module, "FORGET_AFTER_S", -1.0)
+    await plane.replicas.mark_silent_down(-1)
+    remaining = {r.id for r in await plane.replicas.list()}
+    assert not remaining & {"lost-1", "leaving-1"}
 
 
 async def test_listeners_run_after_each_committed_write(plane: ControlPlane) -> None:
