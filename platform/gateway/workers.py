@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from vigil.engine.stats import EngineStats
+from vigil.platform.control.replicas.records import FORGET_AFTER_S
 from vigil.platform.errors import ServiceUnavailable
 from vigil.platform.wire.worker import Heartbeat, RegisterRequest, SlotReport
 
@@ -104,8 +105,12 @@ class WorkerRegistry:
     def liveness(self, now_ts: float | None = None) -> list[tuple[str, bool, float]]:
         """(replica, up, seconds since its last heartbeat) of every worker known, but
         those that drained away: `vigil_worker_up == 0` alerts on a worker lost, not on
-        one a scale-down or a rollout stopped."""
+        one a scale-down or a rollout stopped. One silent for FORGET_AFTER_S is dropped."""
         now = time.monotonic() if now_ts is None else now_ts
+        for gone in [
+            r.id for r in self.replicas.values() if now - r.last_heartbeat_ts > FORGET_AFTER_S
+        ]:
+            del self.replicas[gone]
         return [
             (r.id, r.up(now), now - r.last_heartbeat_ts)
             for r in self.replicas.values()

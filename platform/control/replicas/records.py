@@ -10,6 +10,11 @@ from typing import Any
 from vigil.platform.control.db import aware
 from vigil.platform.control.replicas.tables import Replica
 
+# A worker silent this long is forgotten, by the database and by each gateway: the list of
+# workers (and vigil_worker_up) holds those that are, or were lately, part of the fleet,
+# not every name a rescheduled pod ever had.
+FORGET_AFTER_S = 3600.0
+
 
 class ReplicaStatus(StrEnum):
     UP = "up"

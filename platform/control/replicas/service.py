@@ -9,13 +9,14 @@ from sqlalchemy import CursorResult, delete, update
 from sqlalchemy.exc import IntegrityError
 
 from vigil.platform.control.db import Service, aware, utcnow
-from vigil.platform.control.replicas.records import ReplicaRecord, ReplicaReport, ReplicaStatus
+from vigil.platform.control.replicas.records import (
+    FORGET_AFTER_S,
+    ReplicaRecord,
+    ReplicaReport,
+    ReplicaStatus,
+)
 from vigil.platform.control.replicas.repository import ReplicaRepository
 from vigil.platform.control.replicas.tables import Replica
-
-# A worker down this long is forgotten: the list of workers shows those that are, or were
-# lately, part of the fleet, not every name a restart ever used.
-FORGET_AFTER_S = 3600.0
 
 
 class ReplicaService(Service):

@@ -28,7 +28,7 @@ from vigil.platform.control.deployments.config_file import load_deployments
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.control.replicas import service as replicas_module
+from vigil.platform.control.replicas import service as replicas_service
 from vigil.platform.control.replicas.records import ReplicaReport, ReplicaStatus
 from vigil.platform.control.specs import (
     ClassLimits,
@@ -692,7 +692,7 @@ async def test_a_silent_worker_is_marked_down_once_told_and_later_forgotten(
     (alert,) = sent[0].payload["alerts"] if "alerts" in sent[0].payload else [sent[0].payload]
     assert alert["labels"]["worker"] == "lost-1" and "deployment" not in alert["labels"]
     assert alert["annotations"]["runbook_url"].endswith("/runbooks/worker-down")
-    monkeypatch.setattr(replicas_module, "FORGET_AFTER_S", -1.0)
+    monkeypatch.setattr(replicas_service, "FORGET_AFTER_S", -1.0)
     await plane.replicas.mark_silent_down(-1)
     remaining = {r.id for r in await plane.replicas.list()}
     assert not remaining & {"lost-1", "leaving-1"}
