@@ -182,8 +182,7 @@ def test_the_ingress_host_is_the_external_url_and_every_alert_link_uses_it() -> 
     host = rule["host"]
     [tls] = ingress["spec"]["tls"]
     assert tls["hosts"] == [host] and tls["secretName"]
-    backend = rule["http"]["paths"][0]["backend"]["service"]
-    assert backend["name"] == "vigil"
+    assert {p["backend"]["service"]["name"] for p in rule["http"]["paths"]} == {"vigil"}
     external = _gateway_env()["VIGIL_EXTERNAL_URL"]["value"]
     settings = serve_settings({}, {"VIGIL_EXTERNAL_URL": external})
     assert public_base_url(settings.external_url, "0.0.0.0", 8000) == f"https://{host}"
@@ -195,6 +194,22 @@ def test_the_ingress_host_is_the_external_url_and_every_alert_link_uses_it() -> 
         if "alert" in r
     ]
     assert links and all(link.startswith(f"https://{host}/runbooks/") for link in links)
+
+
+def test_the_ingress_routes_the_public_paths_only() -> None:
+    """The API, the console and its assets, the API docs and runbooks reach the outside;
+    /metrics (open to anyone who reaches it), the probes and the workers' /internal do
+    not."""
+    [ingress] = objects("base", "Ingress")
+    prefixes = [p["path"] for p in ingress["spec"]["rules"][0]["http"]["paths"]]
+
+    def routed(path: str) -> bool:
+        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+    for public in ("/v1/chat/completions", "/api/admin/deployments", "/console/", "/schema"):
+        assert routed(public), public
+    for inside in ("/metrics", "/healthz", "/readyz", "/internal/workers/register"):
+        assert not routed(inside), inside
 
 
 def test_the_prometheus_rule_carries_the_rules_of_ops_prometheus() -> None:
