@@ -79,7 +79,7 @@ def render(message: DueMessage, base_url: str = "") -> bytes:
             posted["endsAt"] = alert["endsAt"]
         return json.dumps([posted]).encode()
     labels = alert["labels"]
-    group = f"alertname={labels.get('alertname', '')},deployment={labels.get('deployment', '')}"
+    group = ",".join(f"{k}={labels[k]}" for k in ("alertname", "deployment") if k in labels)
     body = {
         "version": "4",
         "groupKey": "{}:{" + group + "}",
