@@ -12,7 +12,6 @@ from pathlib import Path
 
 from vigil.engine.bundled import MINILM, SMOLLM2
 from vigil.engine.config import BatcherConfig, EngineConfig
-from vigil.engine.model.config import QUANTIZATIONS
 from vigil.platform.control.specs import DEFAULT_MAX_QUEUE_WAIT_S
 
 _ENGINE = EngineConfig()
@@ -31,7 +30,7 @@ DEFAULT_CUDA_KV_FRACTION = 0.8
 class EngineSettings:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | one of engine.config.DTYPES
-    quantization: str = QUANTIZATIONS[0]  # none | int4 (weight-only, CPU)
+    quantization: str = "auto"  # one of QUANTIZATIONS; auto: by the weights and the device
     torch_threads: int | None = None  # None: by step size (worker.runtime.step_threads)
     block_size: int = _ENGINE.block_size
     # The KV cache budget: bytes (an int), or a fraction (a float) of the memory free once

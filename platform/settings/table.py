@@ -380,9 +380,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "quantization",
         "engine.quantization",
-        "int4: weight-only int4 linears (int8 output head), CPU only; a decode step at "
-        "batch 1 in 0.1x float32's time on CPUs with AVX-512 VNNI, 0.4x on AVX2 ones; "
-        "parity bound in the README",
+        "auto: by the model's weights and the device (a 4-bit GGUF as int4 on CPU, a "
+        "5-8-bit one as int8, float weights as --dtype; the README's table); none: "
+        "--dtype, the parity reference; int4: weight-only int4 linears (int8 output "
+        "head), CPU only, a decode step at batch 1 in 0.1x float32's time with AVX-512 "
+        "VNNI, 0.4x on AVX2; int8: int8 linears, CPU only",
         BOTH,
         _ENGINE,
         choices=QUANTIZATIONS,
