@@ -146,7 +146,9 @@ def calls_grammar(
             "type": "object",
             "properties": {
                 "name": {"const": t.name},
-                fmt.arguments_key: _hoisted(t.parameters or {"type": "object"}, f"t{i}_", defs),
+                fmt.arguments_key: _hoisted(
+                    _closed(t.parameters or {"type": "object"}), f"t{i}_", defs
+                ),
             },
             "required": ["name", fmt.arguments_key],
             "additionalProperties": False,
@@ -169,6 +171,35 @@ def calls_grammar(
 
 def _json(schema: dict[str, Any]) -> str:
     return json.dumps({**schema, **_COMPACT}, ensure_ascii=False)
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    """A function's parameters with every object that does not say otherwise closed to the
+    properties it names, as a call's arguments are read (vLLM's default grammars do the
+    same): a small model left free to add keys writes on until max_tokens."""
+    by_name = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+    literal = ("const", "enum", "default", "examples", "required")
+    open_by_schema = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
+
+    def close(node: Any) -> Any:
+        if isinstance(node, list):
+            return [close(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in literal:
+                out[key] = value
+            elif key in by_name and isinstance(value, dict):
+                out[key] = {name: close(v) for name, v in value.items()}
+            else:
+                out[key] = close(value)
+        is_object = node.get("type") == "object" or isinstance(node.get("properties"), dict)
+        if is_object and not open_by_schema & node.keys():
+            out["additionalProperties"] = False
+        return out
+
+    return dict(close(schema))
 
 
 def _hoisted(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:

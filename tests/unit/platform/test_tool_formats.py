@@ -122,6 +122,36 @@ def test_required_takes_any_tool_and_parallel_calls_up_to_the_bound(
     assert not accepts(single, hermes(weather, booking), lltokenizer, smollm2_tokenizer)
 
 
+def test_objects_a_schema_leaves_open_are_closed_and_those_it_opens_stay_open(
+    lltokenizer: llguidance.LLTokenizer, smollm2_tokenizer: Tokenizer
+) -> None:
+    """Most tools' schemas (the OpenAI docs' own examples) omit additionalProperties: a
+    forced call's arguments hold to the keys they name, at every depth, as vLLM's do; a
+    property may itself be called "properties" or "type"."""
+    loose = FunctionTool(
+        "lookup",
+        "",
+        {
+            "type": "object",
+            "properties": {
+                "where": {"type": "object", "properties": {"city": {"type": "string"}}},
+                "properties": {"type": "string"},
+                "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "required": ["where"],
+        },
+    )
+    grammar = calls_grammar(ToolFormat.HERMES, [loose], REQUIRED, False)
+    ok = {"where": {"city": "Oslo"}, "properties": "x", "tags": {"any": "key"}}
+    assert accepts(grammar, hermes(("lookup", ok)), lltokenizer, smollm2_tokenizer)
+    for extra in [
+        {"where": {"city": "Oslo"}, "unit": "c"},
+        {"where": {"city": "Oslo", "country": "NO"}},
+    ]:
+        call = hermes(("lookup", extra))
+        assert not accepts(grammar, call, lltokenizer, smollm2_tokenizer), extra
+
+
 def test_llama3_calls_are_json_joined_by_semicolons_and_auto_may_answer_in_json(
     lltokenizer: llguidance.LLTokenizer, smollm2_tokenizer: Tokenizer
 ) -> None:
