@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,27 +76,21 @@ MODES: dict[str, dict[str, Any]] = {
     },
     "logprobs top 5": {"ignore_eos": True, "logprobs": True, "top_logprobs": 5},
 }
+
+
+def _test_schemas() -> Any:
+    """tests/schemas.py, read from the checkout: the bench times the tests' own schema."""
+    path = Path(__file__).resolve().parents[2] / "tests" / "schemas.py"
+    spec = importlib.util.spec_from_file_location("test_schemas", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # The schemas of tests/integration/test_openai_client.py, and the tool grammars made there.
 TEST_SCHEMAS: dict[str, dict[str, Any]] = {
-    "user record": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "maxLength": 12},
-            "role": {"enum": ["admin", "editor", "viewer"]},
-            "address": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string", "maxLength": 12},
-                    "country": {"enum": ["FR", "IT", "UK"]},
-                },
-                "required": ["city", "country"],
-                "additionalProperties": False,
-            },
-            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
-        },
-        "required": ["name", "role", "address", "tags"],
-        "additionalProperties": False,
-    },
+    "user record": _test_schemas().USER_RECORD,
     "person (pydantic)": {
         "type": "object",
         "properties": {

@@ -15,6 +15,7 @@ import openai
 import pytest
 from openai import OpenAI
 from pydantic import BaseModel, Field
+from schemas import USER_RECORD
 
 pytestmark = pytest.mark.slow
 
@@ -199,25 +200,7 @@ def test_raw_response_headers_name_the_request_and_the_model_version(client: Ope
 
 # ---- structured outputs, tools, logprobs and n, as applications use them ----
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "role": {"enum": ["admin", "editor", "viewer"]},
-        "address": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 12},
-                "country": {"enum": ["FR", "IT", "UK"]},
-            },
-            "required": ["city", "country"],
-            "additionalProperties": False,
-        },
-        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
-    },
-    "required": ["name", "role", "address", "tags"],
-    "additionalProperties": False,
-}
+SCHEMA = USER_RECORD
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {

@@ -10,6 +10,7 @@ import json
 import jsonschema
 import pytest
 import torch
+from schemas import USER_RECORD
 
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.grammar import GrammarError
@@ -29,25 +30,7 @@ from .test_llm_engine import Outcome, chat_ids, make_engine, recording_logits, r
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "role": {"enum": ["admin", "editor", "viewer"]},
-        "address": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 12},
-                "country": {"enum": ["FR", "IT", "UK"]},
-            },
-            "required": ["city", "country"],
-            "additionalProperties": False,
-        },
-        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
-    },
-    "required": ["name", "role", "address", "tags"],
-    "additionalProperties": False,
-}
+SCHEMA = USER_RECORD
 QUESTIONS = [
     "Describe a user called Ada who lives in Paris as JSON.",
     "Give me a JSON record for an editor from Rome.",
