@@ -1,7 +1,7 @@
 """`vigil serve MODEL ...` with models made by the test: one real server, started with a
 tiny random checkpoint of each decoder family (Hugging Face folders, each served as a
 deployment named after its folder), a Q8_0 GGUF written from one of them (named after
-the file), and a sentence-transformers folder given as NAME=PATH.
+the file), and a sentence-transformers folder given as NAME=PATH; `--quantization auto`.
 
 Each family's greedy tokens through /v1/completions equal transformers' own on the same
 checkpoint; a chat is rendered with the model's own template; the GGUF runs int8 under
@@ -60,7 +60,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, launch_vigil: Any) -> Itera
     write_gguf(q8, references["qwen3"], lambda name: gguf.GGMLQuantizationType.Q8_0)
     embedder = save_sentence_transformer(root / "bert", "bert-mean-unnormalized")
     models = [*map(str, folders.values()), str(q8), f"embedder={root / 'bert' / 'st'}"]
-    with launch_vigil(tmp_path_factory.mktemp("vigil-data"), *models) as server:
+    data_dir = tmp_path_factory.mktemp("vigil-data")
+    with launch_vigil(data_dir, "--quantization", "auto", *models) as server:
         yield Served(server.base_url, server.log_path, folders, references, embedder)
 
 
