@@ -102,11 +102,7 @@ class ControlPlane:
         arguments (versions/local.py)."""
         args = model_args(models)
         await self.seed_bundled([a.name for a in args if a.path is None])
-        local = [
-            await asyncio.to_thread(local_version, a.name, a.path)
-            for a in args
-            if a.path is not None
-        ]
+        local = [await asyncio.to_thread(local_version, a) for a in args if a.path is not None]
         if local:
             await self.apply_config(
                 [DeploymentSpec(ref.model, ref, limits=self.default_limits) for ref in local]

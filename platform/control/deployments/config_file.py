@@ -123,8 +123,7 @@ def _model(entry: dict[str, Any], path: Path, where: str) -> VersionRef:
         (arg,) = model_args([f"{entry['name']}={artifact}"])
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
-    assert arg.path is not None, "NAME=PATH names a path"
-    return local_version(arg.name, arg.path)
+    return local_version(arg)
 
 
 def _version(entry: dict[str, Any], where: str) -> VersionRef:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vigil.engine.artifacts import artifact_checksum
 from vigil.engine.bundled import MINILM, SMOLLM2
-from vigil.engine.loaders.identify import identify
+from vigil.engine.loaders.identify import ModelFiles, identify
 from vigil.platform.control.specs import VersionRef
 
 BUNDLED_NAMES = (SMOLLM2, MINILM)
@@ -25,10 +25,12 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 @dataclass(frozen=True, slots=True)
 class ModelArg:
-    """One MODEL: a bundled model (path None), or a deployment `name` served from `path`."""
+    """One MODEL: a bundled model (path None), or a deployment `name` served from `path`,
+    whose files say what it is."""
 
     name: str
     path: Path | None = None
+    files: ModelFiles | None = None
 
 
 def model_args(entries: tuple[str, ...] | list[str]) -> list[ModelArg]:
@@ -49,7 +51,7 @@ def _model_arg(entry: str) -> ModelArg:
     if entry in BUNDLED_NAMES:
         return ModelArg(entry)
     name, sep, text = entry.partition("=")
-    if not sep:
+    if not sep or Path(entry).expanduser().exists():  # a path may hold '=' too
         name, text = "", entry
     path = Path(text).expanduser()
     if not path.exists():
@@ -57,24 +59,23 @@ def _model_arg(entry: str) -> ModelArg:
             f"{text}: no such file or folder (a model is a bundled name ("
             f"{', '.join(BUNDLED_NAMES)}), a .gguf file, a Hugging Face folder, or NAME=PATH)"
         )
-    identify(path)  # ValueError naming the file and what is not supported
+    files = identify(path)  # ValueError naming the file and what is not supported
     name = name or (path.stem if path.is_file() else path.resolve().name)
     if not _NAME.fullmatch(name) or len(name) > 200:
         raise ValueError(
             f"{entry}: {name!r} cannot name a deployment (letters, digits, '.', '_' and '-', "
             "starting with a letter or digit): give one as NAME=PATH"
         )
-    return ModelArg(name, path.resolve())
+    return ModelArg(name, path.resolve(), files)
 
 
-def local_version(name: str, path: Path) -> VersionRef:
-    """The version a model at `path` is served as, its checksum computed (the whole
+def local_version(arg: ModelArg) -> VersionRef:
+    """The version a model given by path is served as, its checksum computed (the whole
     artifact is read: call it off the event loop)."""
-    files = identify(path)
-    checksum = artifact_checksum(path)
-    return VersionRef(
-        name, f"sha256-{checksum[:12]}", files.kind, files.format, str(path), checksum
-    )
+    assert arg.path is not None and arg.files is not None, f"{arg.name} is a bundled model"
+    checksum = artifact_checksum(arg.path)
+    version = f"sha256-{checksum[:12]}"
+    return VersionRef(arg.name, version, arg.files.kind, arg.files.format, str(arg.path), checksum)
 
 
 def is_local(ref: VersionRef) -> bool:

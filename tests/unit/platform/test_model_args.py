@@ -13,12 +13,20 @@ from unit.engine.test_identify import folder, write_header
 
 from vigil.engine.artifacts import artifact_checksum
 from vigil.engine.bundled import MINILM, SMOLLM2, ModelFormat, ModelKind
+from vigil.engine.loaders.identify import ModelFiles
 from vigil.platform.cli import main
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments.config_file import ConfigError, load_deployments
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
-from vigil.platform.control.versions.local import ModelArg, local_version, model_args
+from vigil.platform.control.specs import VersionRef
+from vigil.platform.control.versions.local import local_version, model_args
+
+
+def local(name: str, path: Path) -> VersionRef:
+    (arg,) = model_args([f"{name}={path}"])
+    return local_version(arg)
+
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 
@@ -29,12 +37,19 @@ def test_each_model_is_served_under_its_file_or_folder_name_or_the_one_given(
     chat = folder(tmp_path / "my-chat", LLAMA)
     gguf = write_header(tmp_path / "tiny.Q4_0.gguf", "qwen2", "gpt2")
     given = [SMOLLM2, str(chat), str(gguf), f"embedder={chat}"]
-    assert model_args(given) == [
-        ModelArg(SMOLLM2),
-        ModelArg("my-chat", chat),
-        ModelArg("tiny.Q4_0", gguf),
-        ModelArg("embedder", chat),
+    assert [(a.name, a.path) for a in model_args(given)] == [
+        (SMOLLM2, None),
+        ("my-chat", chat),
+        ("tiny.Q4_0", gguf),
+        ("embedder", chat),
     ]
+    assert model_args([str(gguf)])[0].files == ModelFiles(
+        ModelKind.GENERATE, ModelFormat.GGUF, "qwen2"
+    )
+    odd = folder(tmp_path / "a=b", LLAMA)  # a path holding '=' is a path, named as given
+    with pytest.raises(ValueError, match=r"'a=b' cannot name a deployment"):
+        model_args([str(odd)])
+    assert [(a.name, a.path) for a in model_args([f"odd={odd}"])] == [("odd", odd)]
 
 
 @pytest.mark.parametrize(
@@ -79,7 +94,7 @@ def test_vigil_serve_exits_2_naming_an_unsupported_file_before_anything_starts(
 
 def test_a_path_is_a_version_named_for_its_bytes(tmp_path: Path) -> None:
     chat = folder(tmp_path / "chat", LLAMA)
-    ref = local_version("chat", chat)
+    ref = local("chat", chat)
     checksum = artifact_checksum(chat)
     assert (ref.model, ref.version, ref.checksum) == ("chat", f"sha256-{checksum[:12]}", checksum)
     assert (ref.kind, ref.format, ref.artifact) == (ModelKind.GENERATE, ModelFormat.HF, str(chat))
@@ -107,7 +122,7 @@ name = "mine"
 canary = {{ version = "two", weight = 10 }}
 """)
     (spec,) = load_deployments(path, {SMOLLM2})
-    assert spec.stable == local_version("mine", chat.resolve())
+    assert spec.stable == local("mine", chat.resolve())
     assert spec.canary is not None and spec.canary.key == "mine@two"
 
 
@@ -157,12 +172,12 @@ async def test_a_model_given_by_path_is_deployed_and_follows_its_file(tmp_path: 
     try:
         await plane.declare([f"mine={chat}"], None)
         (spec,) = await plane.serving_view()
-        first = local_version("mine", chat)
+        first = local("mine", chat)
         assert (spec.name, spec.stable) == ("mine", first)
         (chat / "config.json").write_text((chat / "config.json").read_text() + " ")
         await plane.declare([f"mine={chat}", MINILM], None)
         view = {s.name: s for s in await plane.serving_view()}
-        assert view["mine"].stable == local_version("mine", chat) != first
+        assert view["mine"].stable == local("mine", chat) != first
         assert set(view) == {"mine", MINILM}  # an embedder named is deployed beside it
     finally:
         await engine.dispose()
