@@ -54,6 +54,11 @@ class Precision:
     keep_finer: bool = False
 
 
+def runs_as(precision: Precision) -> str:
+    """In one word: int4, int8, or the float dtype the weights run in."""
+    return precision.dtype if precision.quantization == "none" else precision.quantization
+
+
 def resolve_precision(
     requested: str, device_type: str, dtype: str, linear_types: Mapping[str, int] | None
 ) -> Precision:

@@ -139,7 +139,6 @@ def main() -> None:
         str(port),
         "--data-dir",
         data_dir,
-        "--models",
         MODEL,
         "--log-level",
         "warning",

@@ -125,7 +125,7 @@ class Gateway:
     def start(self) -> None:
         cmd = [str(VIGIL), "serve", "--workers", "0", "--port", str(self.port)]
         cmd += ["--data-dir", str(self.data_dir), "--database-url", self.database_url]
-        cmd += ["--models", MODEL, "--torch-threads", "1", "--drain-delay", "0.1", *self.flags]
+        cmd += [MODEL, "--torch-threads", "1", "--drain-delay", "0.1", *self.flags]
         env = {**os.environ, "VIGIL_WORKER_TOKEN": WORKER_TOKEN}
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

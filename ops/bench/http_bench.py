@@ -98,7 +98,6 @@ def run_http(
 ) -> list[tuple[float, list[float]]]:
     cfg = engine_config(concurrency)
     flags = (
-        "--models",
         SMOLLM2,
         "--torch-threads",
         str(threads),

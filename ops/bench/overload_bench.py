@@ -170,7 +170,7 @@ def main() -> None:
         f"slo = {{ ttft_p99_s = {args.target_s} }}\n"
     )
     create_user(data, *ADMIN, role="viewer")
-    flags = ["--models", MODEL, "--config", str(data / "vigil.toml"), "--trace-buffer", "4000"]
+    flags = [MODEL, "--config", str(data / "vigil.toml"), "--trace-buffer", "4000"]
     with vigil_serve(*flags, *args.flags.split(), data_dir=data) as base:
         phases = asyncio.run(scenario(base, args))
         predicted = forecasts(base)

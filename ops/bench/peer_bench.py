@@ -316,7 +316,7 @@ def format_table(runs: dict[str, ServerRun], peer: str = "llama-server") -> str:
 def vigil_run(extra_flags: str, work: Workload) -> ServerRun:
     data_dir = Path(tempfile.mkdtemp())
     (data_dir / "bench.toml").write_text(VIGIL_DEPLOYMENT)
-    flags = ("--models", SMOLLM2, "--config", str(data_dir / "bench.toml"))
+    flags = (SMOLLM2, "--config", str(data_dir / "bench.toml"))
     with vigil_serve_process(*flags, *shlex.split(extra_flags), data_dir=data_dir) as (
         base,
         proc,

@@ -261,7 +261,7 @@ def main() -> None:
     make_user(data_dir)
     config = data_dir / "deployments.toml"
     config.write_text(DEPLOYMENTS)
-    flags = ("--models", "smollm2-135m-instruct", "--config", str(config), "--torch-threads", "1")
+    flags = ("smollm2-135m-instruct", "--config", str(config), "--torch-threads", "1")
     with vigil_serve(*flags, workers=1, data_dir=data_dir, timeout_s=900) as base:
         asyncio.run(check(base, args))
 

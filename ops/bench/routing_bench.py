@@ -121,7 +121,7 @@ def main() -> None:
     )
     rows: dict[tuple[float, str], tuple[list[Outcome], float]] = {}
     for routing in ("round_robin", "p2c"):
-        flags = ("--models", MODEL, "--routing", routing, "--torch-threads", "1")
+        flags = (MODEL, "--routing", routing, "--torch-threads", "1")
         with vigil_serve(*flags, workers=2) as base:
             for rate in rates:
                 rows[rate, routing] = asyncio.run(run_workload(base, workloads[rate]))

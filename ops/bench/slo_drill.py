@@ -300,7 +300,7 @@ def burst(burst_s: float, watch_s: float, streams: int, window_s: float | None) 
     create_user(data_dir, *ADMIN, role="operator")
     receiver = Receiver()
     model = "smollm2-135m-instruct"
-    flags = ["--models", model, "--max-num-seqs", "8", "--torch-threads", "1"]
+    flags = [model, "--max-num-seqs", "8", "--torch-threads", "1"]
     with vigil_serve(*flags, data_dir=data_dir) as url:
         admin = httpx.Client(base_url=f"{url}/api/admin", auth=ADMIN, timeout=30)
         hook = {

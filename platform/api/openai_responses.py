@@ -112,11 +112,26 @@ class EmbeddingList(Struct):
     object: Literal["list"] = "list"
 
 
+class ModelPrecision(Struct):
+    """Vigil's addition to a model card: what the model runs as and why
+    (engine/precision.py); null until a worker has loaded it."""
+
+    runs_as: str  # int4, int8, or the float dtype (float32, bfloat16, ...)
+    quantization: str  # none, int4 or int8
+    dtype: str
+    reason: str
+
+
+class ModelVigil(Struct):
+    precision: ModelPrecision | None = None
+
+
 class ModelCard(Struct):
     id: str
     created: int
     owned_by: str
     object: Literal["model"] = "model"
+    vigil: ModelVigil | None = None
 
 
 class ModelList(Struct):

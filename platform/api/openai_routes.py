@@ -25,6 +25,8 @@ from vigil.platform.api.openai_responses import (
     EmbeddingUsage,
     ModelCard,
     ModelList,
+    ModelPrecision,
+    ModelVigil,
 )
 from vigil.platform.api.openai_schemas import (
     ChatCompletionRequest,
@@ -177,7 +179,7 @@ class OpenAIController(Controller):
     ) -> ModelList:
         started = int(view.created_ts)
         names = [n for n in view.names() if principal.may_use(n)]
-        return ModelList([ModelCard(name, started, "vigil") for name in names])
+        return ModelList([_card(view, name, started) for name in names])
 
     @get(
         "/models/{model_id:str}",
@@ -194,7 +196,13 @@ class OpenAIController(Controller):
         names = [n for n in view.names() if principal.may_use(n)]
         if model_id not in names:
             raise ModelNotFound(model_id, names)
-        return ModelCard(model_id, int(view.created_ts), "vigil")
+        return _card(view, model_id, int(view.created_ts))
+
+
+def _card(view: ServingView, name: str, created: int) -> ModelCard:
+    p = view.precision(name)
+    precision = None if p is None else ModelPrecision(p.runs_as, p.quantization, p.dtype, p.reason)
+    return ModelCard(name, created, "vigil", vigil=ModelVigil(precision))
 
 
 def _encoded(vector: list[float], encoding_format: str) -> list[float] | str:

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import os
 import secrets
+import sys
+from dataclasses import replace
 
 from vigil.platform.cli.flags import Subparsers, add_settings
 from vigil.platform.settings import local_worker_settings, serve_settings
@@ -19,6 +21,16 @@ def add_parser(sub: Subparsers) -> None:
     serve = sub.add_parser(
         "serve", help="run the gateway (API, console, control plane) and local workers"
     )
+    serve.add_argument(
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="a model to serve: a bundled name (smollm2-135m-instruct, all-minilm-l6-v2), a "
+        ".gguf file, a Hugging Face folder (config.json, *.safetensors, tokenizer.json; a "
+        "sentence-transformers folder embeds), or NAME=PATH; each served as a deployment "
+        "named after the file or folder, or NAME. None: VIGIL_MODELS, else the bundled "
+        "models",
+    )
     add_settings(serve, Command.SERVE)
     serve.set_defaults(run=run)
 
@@ -30,13 +42,21 @@ def run(args: argparse.Namespace) -> int:
     from vigil.platform.api.http_protocol import guarded_protocol
     from vigil.platform.app import create_app
     from vigil.platform.control.migrate import migrate
+    from vigil.platform.control.versions.local import model_args
     from vigil.platform.lifecycle import DrainingServer
     from vigil.platform.services import build_services
     from vigil.platform.telemetry.context import configure_logging
     from vigil.platform.worker.supervisor import LocalWorkers
 
     settings = serve_settings(vars(args))
+    if args.models:
+        settings = replace(settings, models=tuple(args.models))
     configure_logging(settings.log_level, settings.log_format)
+    try:
+        model_args(settings.models)  # before any worker starts: the files are read later
+    except ValueError as exc:
+        print(f"vigil serve: {exc}", file=sys.stderr)
+        return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate(settings.resolved_database_url)
     token = settings.worker_token or secrets.token_urlsafe(32)

@@ -45,6 +45,7 @@ from vigil.platform.control.specs import (
 )
 from vigil.platform.control.versions.checks import check_params, verified_checksum
 from vigil.platform.control.versions.declared import ensure_version, unregistered
+from vigil.platform.control.versions.local import is_local, local_version, model_args
 from vigil.platform.control.versions.service import VersionService
 from vigil.platform.control.webhooks.addresses import WebhookAddressPolicy
 from vigil.platform.control.webhooks.outbox import OutboxService
@@ -95,11 +96,23 @@ class ControlPlane:
         return [record.spec for record in await self.deployments.list()]
 
     async def declare(self, models: list[str], config_path: Path | None) -> None:
-        """The start-up writes: the bundled models seeded, then the deployments file
-        applied (its declarations hold at start; after that, the database rules)."""
-        await self.seed_bundled(models)
+        """The start-up writes: the bundled models seeded, the models given by path
+        deployed under their names, then the deployments file applied (its declarations
+        hold at start; after that, the database rules). `models`: `vigil serve`'s MODEL
+        arguments (versions/local.py)."""
+        args = model_args(models)
+        await self.seed_bundled([a.name for a in args if a.path is None])
+        local = [await asyncio.to_thread(local_version, a) for a in args if a.path is not None]
+        if local:
+            await self.apply_config(
+                [DeploymentSpec(ref.model, ref, limits=self.default_limits) for ref in local]
+            )
         if config_path is not None:
-            await self.apply_config(load_deployments(config_path, set(models), self.default_limits))
+            bundled = {a.name for a in args if a.path is None}
+            specs = await asyncio.to_thread(
+                load_deployments, config_path, bundled, self.default_limits, local
+            )
+            await self.apply_config(specs)
 
     async def seed_bundled(self, models: list[str]) -> None:
         """Register each bundled model and its version (once), and deploy them (_seed)."""
@@ -133,7 +146,14 @@ class ControlPlane:
         """Outside any transaction: computing a checksum reads the whole artifact."""
         async with self._sessions() as session:
             missing = await unregistered(session, refs)
-        return {ref.key: await verified_checksum(ref) for ref in missing}
+        # A version served from a path was named for the checksum just computed
+        # (versions/local.py): its bytes need not be read twice.
+        return {
+            ref.key: ref.checksum
+            if is_local(ref) and ref.checksum
+            else await verified_checksum(ref)
+            for ref in missing
+        }
 
     async def _seed(self, refs: list[VersionRef], checksums: dict[str, str]) -> bool:
         """The versions, and the deployments: each bundled model under its own name when

@@ -16,7 +16,7 @@ from vigil.engine.bundled import ModelKind
 from vigil.platform.control.specs import DeploymentSpec, VersionRef
 from vigil.platform.errors import InvalidRequest, ModelNotFound
 from vigil.platform.gateway.workers import WorkerRegistry
-from vigil.platform.wire.worker import SlotSpec, VersionWire
+from vigil.platform.wire.worker import PrecisionWire, SlotSpec, VersionWire
 
 LONG_POOL_SUFFIX = "#long"
 _KIND_NAMES = {ModelKind.EMBED: "an embedding model", ModelKind.GENERATE: "a generation model"}
@@ -128,6 +128,15 @@ class ServingView:
 
     def names(self) -> list[str]:
         return list(self.deployments)
+
+    def precision(self, name: str) -> PrecisionWire | None:
+        """What the deployment's serving version runs as on a worker that loaded it
+        (None: none has yet)."""
+        spec = self.deployments.get(name)
+        if spec is None:
+            return None
+        reports = self.workers.slot_states(self.serving(spec).key)
+        return next((r.precision for r in reports if r.precision is not None), None)
 
     def deployment(self, name: str) -> DeploymentSpec:
         """The generation deployment called `name`."""

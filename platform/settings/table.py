@@ -152,9 +152,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "models",
         "models",
-        "bundled models to load",
+        "the models to serve when `vigil serve` is given no MODEL arguments (its "
+        "positional form): each a bundled name, a .gguf file, a Hugging Face folder, or "
+        "NAME=PATH",
         SERVE,
         _SERVER,
+        flag=False,  # the positional MODEL arguments (cli/serve.py) are its command-line form
         many=",",
     ),
     Setting(

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from msgspec import Struct, structs
 
 from vigil.engine.bundled import ModelFormat, ModelKind
+from vigil.engine.precision import Precision, runs_as
 from vigil.engine.request import (
     Constraint,
     ConstraintKind,
@@ -142,6 +143,19 @@ class StatsWire(Struct, frozen=True):
         return EngineStats(**structs.asdict(self), last_step=None)
 
 
+class PrecisionWire(Struct, frozen=True):
+    """What a slot's weights run as and why (engine.precision.Precision)."""
+
+    runs_as: str  # int4, int8, or the float dtype
+    quantization: str
+    dtype: str
+    reason: str
+
+    @classmethod
+    def of(cls, p: Precision) -> PrecisionWire:
+        return cls(runs_as(p), p.quantization, p.dtype, p.reason)
+
+
 class SlotReport(Struct):
     key: str
     state: Literal["loading", "ready", "failed", "draining"]
@@ -151,6 +165,7 @@ class SlotReport(Struct):
     stats: StatsWire | None = None  # generation slots
     # Generation slots, ready: what its steps cost, for admission, routing and plans.
     costs: CostsWire | None = None
+    precision: PrecisionWire | None = None  # once loaded
 
 
 class Heartbeat(Struct):

@@ -38,6 +38,7 @@ from vigil.platform.wire.worker import (
     Assignment,
     CostsWire,
     Heartbeat,
+    PrecisionWire,
     RegisterRequest,
     SlotLimits,
     SlotReport,
@@ -89,6 +90,7 @@ def report(slot: Slot) -> SlotReport:
         limits=limits,
         stats=stats,
         costs=costs,
+        precision=None if slot.precision is None else PrecisionWire.of(slot.precision),
     )
 
 

@@ -32,6 +32,7 @@ from vigil.engine.llm_engine import LLMEngine
 from vigil.engine.loaders.embedder import load_embedding_model
 from vigil.engine.loaders.llm import LanguageModel, load_language_model
 from vigil.engine.loaders.progress import report_progress
+from vigil.engine.precision import Precision, runs_as
 from vigil.engine.stats import BatchRecord, StepStats
 from vigil.engine.threads import StepThreads
 from vigil.platform.control.specs import VersionRef
@@ -99,6 +100,7 @@ class Slot:
     # What its steps cost (admission, routing, the planner): calibrated at load, then live.
     profile: StepProfile = field(default_factory=StepProfile)
     in_flight: int = 0  # requests the worker's API is serving on it
+    precision: Precision | None = None  # what its weights run as and why, once loaded
 
 
 StepHook = Callable[[str, StepStats], None]
@@ -205,15 +207,13 @@ class WorkerRuntime:
                 if slot.state is SlotState.LOADING:
                     slot.state = SlotState.READY
                 slot.progress = 1.0
-            quantization = version.param("quantization", self.settings.quantization)
-            quantized = version.kind is ModelKind.GENERATE and quantization != "none"
+            precision = slots[0].precision if slots else None
             log.info(
-                "%s ready on %s (%s%s) in %.1f s",
+                "%s ready on %s in %.1f s, running as %s",
                 version.key,
                 self.device,
-                dtype,
-                f", {quantization}" if quantized else "",
                 time.monotonic() - t0,
+                "?" if precision is None else f"{runs_as(precision)} ({precision.reason})",
             )
         except Exception as exc:
             log.exception("loading %s failed", version.key)
@@ -251,7 +251,9 @@ class WorkerRuntime:
         built: dict[str, tuple[AsyncLLMEngine | None, AsyncEmbedder | None]] = {}
         if version.kind is ModelKind.EMBED:
             model = load_embedding_model(source, self.device, dtype)
+            name = str(dtype).removeprefix("torch.")
             for slot in slots:
+                slot.precision = Precision("none", name, f"an embedder runs in --dtype: {name}")
                 embedder = AsyncEmbedder(
                     model,
                     BatcherConfig(s.embed_max_batch_size, s.embed_max_wait_ms),
@@ -267,6 +269,7 @@ class WorkerRuntime:
             lm = load_language_model(source, self.device, dtype, quantization)
             self._weights[weights_key] = lm
         for slot in slots:
+            slot.precision = lm.precision
             config = EngineConfig(
                 block_size=s.block_size,
                 kv_cache_memory_bytes=kv_cache_budget(s, self.device),

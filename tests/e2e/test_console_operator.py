@@ -49,7 +49,7 @@ def api_key(data_dir: Path) -> str:
 
 @pytest.fixture(scope="module")
 def server(data_dir: Path, api_key: str, launch_vigil) -> Iterator[Any]:  # type: ignore[no-untyped-def]
-    flags = ["--auth", "keys", "--models", MODEL, "--kv-cache-memory", "96MiB"]
+    flags = ["--auth", "keys", MODEL, "--kv-cache-memory", "96MiB"]
     with launch_vigil(data_dir, *flags) as s:
         yield s
 
@@ -206,7 +206,7 @@ def test_on_a_network_host_the_console_needs_a_session(
 ) -> None:  # type: ignore[no-untyped-def]
     """`--host 0.0.0.0` with no --auth: keys mode, so the browser lands on sign-in."""
     data_dir = tmp_path_factory.mktemp("console-network-host")
-    with launch_vigil(data_dir, "--host", "0.0.0.0", "--models", "all-minilm-l6-v2") as s:
+    with launch_vigil(data_dir, "--host", "0.0.0.0", "all-minilm-l6-v2") as s:
         page.goto(f"{s.base_url}/console/deployments")
         expect(page).to_have_url(f"{s.base_url}/console/login?next=/console/deployments")
         expect(page.locator("#login-form")).to_be_visible()

@@ -32,7 +32,6 @@ BODY_TIMEOUT_S = 4.0
 KEEPALIVE_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 8
 EDGE_FLAGS = (
-    "--models",
     EMBEDDER,
     "--header-timeout",
     str(HEADER_TIMEOUT_S),
@@ -58,7 +57,6 @@ def proxied(launch_vigil, tmp_path_factory):  # type: ignore[no-untyped-def]
     """Behind a TLS-terminating proxy on loopback, which it is told to trust."""
     with launch_vigil(
         tmp_path_factory.mktemp("proxied"),
-        "--models",
         EMBEDDER,
         "--forwarded-allow-ips",
         "127.0.0.1",
@@ -308,7 +306,7 @@ def test_sigterm_to_the_process_group_stops_all_without_restarting_a_worker(tmp_
         port = s.getsockname()[1]
     log_path = tmp_path / "server.log"
     cmd = [str(vigil), "serve", "--port", str(port), "--data-dir", str(tmp_path)]
-    cmd += ["--torch-threads", "1", "--models", EMBEDDER, "--drain-delay", "2"]
+    cmd += ["--torch-threads", "1", EMBEDDER, "--drain-delay", "2"]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -162,7 +162,7 @@ def cluster(tmp: Path) -> Iterator[tuple[Hosts, str, str]]:
             gateway = [
                 "serve",
                 *("--host", "0.0.0.0", "--port", str(PORT), "--workers", "0"),
-                *("--data-dir", str(data), "--models", MODEL, "--torch-threads", "1"),
+                *("--data-dir", str(data), MODEL, "--torch-threads", "1"),
             ]
             procs.append(launch(net.gateway_ns, gateway, tmp / "gateway.log", env))
             for name, link in net.workers.items():

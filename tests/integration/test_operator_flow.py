@@ -31,7 +31,7 @@ OPERATOR = ("ops", "ops-password-1")
 def cluster(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     data_dir = tmp_path_factory.mktemp("cluster")
     create_user(data_dir, *OPERATOR, role="operator")
-    flags = ["--workers", "2", "--kv-cache-memory", "96MiB", "--models", MODEL]
+    flags = ["--workers", "2", "--kv-cache-memory", "96MiB", MODEL]
     with launch_vigil(data_dir, *flags) as server:
         wait_for(lambda: len(replicas(server.base_url)) == 2, "two workers serving")
         yield server

@@ -89,7 +89,7 @@ def served(tmp_path_factory, launch_vigil, create_user) -> Iterator[tuple[str, s
     create_user(data_dir, *OPERATOR, role="operator")
     create_user(data_dir, *VIEWER, role="viewer")
     (data_dir / "vigil.toml").write_text(CONFIG)
-    flags = ["--config", str(data_dir / "vigil.toml"), "--models", MODEL, "--max-num-seqs", "4"]
+    flags = ["--config", str(data_dir / "vigil.toml"), MODEL, "--max-num-seqs", "4"]
     flags += ["--trace-buffer", "64"]  # tracing on: trace ids as exemplars
     with launch_vigil(data_dir, *flags) as vigil:
         port = _free_port()

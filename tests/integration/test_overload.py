@@ -126,7 +126,6 @@ def test_three_times_capacity_is_shed_not_crashed(tmp_path_factory, launch_vigil
         "8",
         "--kv-cache-memory",
         "128MiB",
-        "--models",
         "smollm2-135m-instruct",
     ]
     with launch_vigil(data_dir, *flags) as server:
@@ -201,7 +200,7 @@ def test_a_burst_at_once_after_a_cold_start_is_admitted_as_far_as_the_target_all
     data_dir = tmp_path_factory.mktemp("cold-burst")
     (data_dir / "vigil.toml").write_text(COLD_CONFIG)
     flags = ["--config", str(data_dir / "vigil.toml"), "--max-num-seqs", "8"]
-    flags += ["--kv-cache-memory", "128MiB", "--models", "smollm2-135m-instruct"]
+    flags += ["--kv-cache-memory", "128MiB", "smollm2-135m-instruct"]
     with launch_vigil(data_dir, *flags) as server:
 
         async def burst() -> list[Outcome]:

@@ -121,7 +121,7 @@ def test_postgres_restarted_and_down_costs_no_500_and_no_acknowledged_write(
     with pg_cluster() as pg:
         key = prepare(pg)
         (tmp_path / "vigil.toml").write_text(CONFIG)
-        flags = ("--database-url", pg.url, "--auth", "keys", "--models", MODEL)
+        flags = ("--database-url", pg.url, "--auth", "keys", MODEL)
         flags += ("--webhook-allow", "127.0.0.1")  # its webhooks point at 127.0.0.1:9
         flags += ("--config", str(tmp_path / "vigil.toml"))
         with launch_vigil(tmp_path, *flags) as server:

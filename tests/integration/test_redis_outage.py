@@ -38,7 +38,7 @@ def server(redis, tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:
     data_dir = tmp_path_factory.mktemp("redis-outage-vigil")
     create_user(data_dir, *ROOT, role="admin")
     create_user(data_dir, *OTTO, role="operator")
-    flags = ("--models", "all-minilm-l6-v2", "--redis-url", redis.url)
+    flags = ("all-minilm-l6-v2", "--redis-url", redis.url)
     with launch_vigil(data_dir, *flags) as s:
         yield s
 

@@ -33,7 +33,7 @@ def server(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  # typ
     data_dir = tmp_path_factory.mktemp("edges")
     for (name, password), role in ((ROOT, "admin"), (OTTO, "operator"), (VERA, "viewer")):
         create_user(data_dir, name, password, role=role)
-    flags = ["--auth", "keys", "--models", MODEL, "--trace-buffer", "64"]
+    flags = ["--auth", "keys", MODEL, "--trace-buffer", "64"]
     flags += ["--trace-parent-from", TRUSTED_PEER, "--log-format", "json"]
     with launch_vigil(data_dir, *flags) as running:
         yield running

@@ -31,7 +31,7 @@ def server(tmp_path_factory, launch_vigil, create_user) -> Iterator[Any]:  # typ
     users = [(ROOT, "admin"), (ADMIN, "admin"), (ALICE, "viewer"), (PROM, "viewer")]
     for (username, password), role in [*users, (CAROL, "operator")]:
         create_user(data_dir, username, password, role=role)
-    with launch_vigil(data_dir, "--models", "all-minilm-l6-v2") as s:
+    with launch_vigil(data_dir, "all-minilm-l6-v2") as s:
         yield s
 
 

@@ -161,7 +161,7 @@ def open_vigil(tmp_path_factory, launch_vigil, create_user):  # type: ignore[no-
     data_dir = tmp_path_factory.mktemp("webhooks-open")
     create_user(data_dir, *OPS, role="operator")
     create_user(data_dir, *VERA, role="viewer")
-    flags = ("--models", MODEL, "--webhook-timeout", str(TIMEOUT_S))
+    flags = (MODEL, "--webhook-timeout", str(TIMEOUT_S))
     with launch_vigil(data_dir, *flags) as server:
         yield server
 
@@ -261,7 +261,7 @@ def test_a_name_resolving_to_loopback_is_refused_when_it_is_called(
     checked where it resolves to, when it is called) and is refused at delivery."""
     data_dir = tmp_path_factory.mktemp("webhooks-keys")
     create_user(data_dir, *OPS, role="operator")
-    flags = ("--models", MODEL, "--auth", "keys", "--webhook-timeout", str(TIMEOUT_S))
+    flags = (MODEL, "--auth", "keys", "--webhook-timeout", str(TIMEOUT_S))
     with launch_vigil(data_dir, *flags) as server:
         url, port = server.base_url, receivers.port
         assert register(url, "direct", f"http://127.0.0.1:{port}/healthy").status_code == 400

@@ -1,8 +1,12 @@
 """The deployments file (`vigil serve --config vigil.toml`): versions and deployments
 declared as TOML, checked with errors that name the entry to fix.
 
-    [[versions]]                     # optional: more versions of the bundled models
-    model = "smollm2-135m-instruct"
+    [[models]]                       # optional: a model served from a path, as
+    name = "mine"                    # `vigil serve mine=PATH` would (versions/local.py)
+    artifact = "/srv/models/mine.gguf"   # a .gguf file or a Hugging Face folder
+
+    [[versions]]                     # optional: more versions of a model declared
+    model = "smollm2-135m-instruct"  # (bundled, named on the command line, or above)
     version = "warm"
     artifact = "bundled:smollm2-135m-instruct"   # or a .gguf file / an HF folder
     format = "gguf"
@@ -20,7 +24,7 @@ declared as TOML, checked with errors that name the entry to fix.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +42,7 @@ from vigil.platform.control.specs import (
     bundled_version,
     default_limits,
 )
+from vigil.platform.control.versions.local import local_version, model_args
 
 E = TypeVar("E", bound=Enum)
 
@@ -47,10 +52,15 @@ class ConfigError(ValueError):
 
 
 def load_deployments(
-    path: Path, bundled_models: set[str], limits: Mapping[Priority, ClassLimits] | None = None
+    path: Path,
+    bundled_models: set[str],
+    limits: Mapping[Priority, ClassLimits] | None = None,
+    local: Sequence[VersionRef] = (),
 ) -> list[DeploymentSpec]:
     """`limits`: what a deployment's classes get for what its entry leaves out (none:
-    `default_limits()`)."""
+    `default_limits()`). `local`: the versions of the models `vigil serve` was given by
+    path, which the file may name too. A `[[models]]` entry's artifact is read whole
+    (its checksum names its version): call it off the event loop."""
     limits = default_limits() if limits is None else limits
     try:
         raw = tomllib.loads(path.read_text())
@@ -59,13 +69,26 @@ def load_deployments(
     entries = raw.get("deployments")
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: expected one or more [[deployments]] tables")
-    versions = {(v.model, v.version): v for v in map(bundled_version, sorted(bundled_models))}
+    models = raw.get("models", [])
+    declared = [
+        *map(bundled_version, sorted(bundled_models)),
+        *local,
+        *(_model(entry, path, f"{path}: models[{i}]") for i, entry in enumerate(models)),
+    ]
+    known = {v.model for v in declared}
+    if len(known) < len(declared):
+        model = next(m for m in known if sum(v.model == m for v in declared) > 1)
+        raise ConfigError(
+            f"{path}: model {model!r} is declared twice (bundled, given to `vigil serve`, or "
+            "in [[models]]): give the other one another name"
+        )
+    versions = {(v.model, v.version): v for v in declared}
     for i, entry in enumerate(raw.get("versions", [])):
         v = _version(entry, f"{path}: versions[{i}]")
-        if v.model not in bundled_models:
+        if v.model not in known:
             raise ConfigError(
                 f"{path}: versions[{i}]: unknown model {v.model!r} (known: "
-                f"{', '.join(sorted(bundled_models))})"
+                f"{', '.join(sorted(known)) or 'none'}; declare one with [[models]])"
             )
         versions[(v.model, v.version)] = v
     specs = [
@@ -88,6 +111,19 @@ def _check_references(specs: list[DeploymentSpec], path: Path) -> None:
             )
         if spec.fallback and spec.fallback.deployment == spec.name:
             raise ConfigError(f"{path}: deployment {spec.name!r} cannot fall back to itself")
+
+
+def _model(entry: dict[str, Any], path: Path, where: str) -> VersionRef:
+    """`[[models]]`: name and artifact (relative to the file's folder); its version is
+    the one `vigil serve NAME=PATH` registers."""
+    if not isinstance(entry, dict) or set(entry) != {"name", "artifact"}:
+        raise ConfigError(f"{where}: a [[models]] entry takes name and artifact, and only them")
+    artifact = path.parent / Path(str(entry["artifact"])).expanduser()
+    try:
+        (arg,) = model_args([f"{entry['name']}={artifact}"])
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return local_version(arg)
 
 
 def _version(entry: dict[str, Any], where: str) -> VersionRef:
