@@ -53,6 +53,15 @@ def test_chat_completion(client: OpenAI) -> None:
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
+def test_the_bundled_gguf_runs_int4_by_default_and_says_why(client: OpenAI) -> None:
+    """No --quantization: `auto` serves the bundled Q4_1 file through the int4 path (its
+    own 4-bit codes), and /v1/models says so beside OpenAI's fields."""
+    model = client.models.retrieve(LLM)
+    precision = (model.model_extra or {})["vigil"]["precision"]
+    assert (precision["runs_as"], precision["quantization"]) == ("int4", "int4")
+    assert precision["reason"].startswith("auto: ") and "Q4_1" in precision["reason"]
+
+
 def test_streamed_chat_ends_with_finish_reason_then_a_usage_chunk(client: OpenAI) -> None:
     usage = {"include_usage": True}
     chunks = list(chat(client, temperature=0, max_tokens=20, stream=True, stream_options=usage))

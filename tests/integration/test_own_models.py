@@ -1,12 +1,13 @@
 """`vigil serve MODEL ...` with models made by the test: one real server, started with a
 tiny random checkpoint of each decoder family (Hugging Face folders, each served as a
 deployment named after its folder), a Q8_0 GGUF written from one of them (named after
-the file), and a sentence-transformers folder given as NAME=PATH; `--quantization auto`.
+the file), and a sentence-transformers folder given as NAME=PATH; no --quantization, so
+`auto`, the default.
 
 Each family's greedy tokens through /v1/completions equal transformers' own on the same
 checkpoint; a chat is rendered with the model's own template; the GGUF runs int8 under
-`--quantization auto` and says so on /v1/models and in the log; the embedder's vectors
-equal sentence-transformers'."""
+the default `--quantization auto` and says so on /v1/models and in the log; the
+embedder's vectors equal sentence-transformers'."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, launch_vigil: Any) -> Itera
     embedder = save_sentence_transformer(root / "bert", "bert-mean-unnormalized")
     models = [*map(str, folders.values()), str(q8), f"embedder={root / 'bert' / 'st'}"]
     data_dir = tmp_path_factory.mktemp("vigil-data")
-    with launch_vigil(data_dir, "--quantization", "auto", *models) as server:
+    with launch_vigil(data_dir, *models) as server:
         yield Served(server.base_url, server.log_path, folders, references, embedder)
 
 
