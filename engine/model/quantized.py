@@ -88,13 +88,15 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features, self.kernel = in_features, out_features, kernel
         self.register_buffer("bias", None)
 
-    def hold(self, packed: torch.Tensor, scales: torch.Tensor, weight: torch.Tensor) -> None:
-        """Register the packed weights, and the bfloat16 copy (of `weight`, the quantized
-        weights in float) where the kernel leaves rows to it."""
+    def hold(self, packed: torch.Tensor, scales: torch.Tensor, codes: Codes) -> None:
+        """Register the packed weights, and the bfloat16 copy (of `codes` in float) where
+        the kernel leaves rows to it; where it takes every row, the float weights are
+        never made (the bundled model's head alone is 113 MiB of them)."""
         self.register_buffer("packed", packed)
         self.register_buffer("scales", scales)
         takes_all = few_rows(self.kernel) is None
-        self.register_buffer("dequantized", None if takes_all else bfloat16_weight(weight))
+        copy = None if takes_all else bfloat16_weight(codes.dequantize())
+        self.register_buffer("dequantized", copy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -125,7 +127,7 @@ class Int4Linear(PackedLinear):
         out_features, in_features = codes.shape
         super().__init__(in_features, out_features, kernel)
         packed, scales = pack_int4(codes.q, codes.d, codes.m, self.kernel)
-        self.hold(packed, scales, codes.dequantize())
+        self.hold(packed, scales, codes)
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
         return int4_mm(self.kernel, rows, self.packed, self.scales)
@@ -144,7 +146,7 @@ class Int8Linear(PackedLinear):
         if codes.group != group:
             codes = quantize_int8(codes.dequantize(), group)
         packed, scales = pack_int8(codes.q, codes.d, self.kernel)
-        self.hold(packed, scales, codes.dequantize())
+        self.hold(packed, scales, codes)
 
     def packed_mm(self, rows: torch.Tensor) -> torch.Tensor:
         return int8_mm(self.kernel, rows, self.packed, self.scales)
