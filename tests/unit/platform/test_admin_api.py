@@ -271,6 +271,21 @@ async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
     assert retire.status_code == 409
     assert f"still served by deployment(s) {SMOLLM2}" in error_of(retire)["message"]
 
+    # without a canary, roll back undoes the promotion; then there is nothing left to undo
+    undone = await client.post(f"{DEPLOYMENT}/rollback", json={"revision": 5}, headers=OPS)
+    assert undone.status_code == 200, undone.text
+    assert (undone.json()["stable"]["version"], undone.json()["revision"]) == (
+        BUNDLED.version, 6
+    )  # fmt: skip
+    again = await client.post(f"{DEPLOYMENT}/rollback", headers=OPS)
+    assert again.status_code == 409 and error_of(again)["code"] == "nothing_to_roll_back"
+    history = (await client.get(f"{DEPLOYMENT}/history", headers=EVE)).json()
+    assert [(h["version"]["version"], h["action"], h["revision"]) for h in history] == [
+        ("warm", "deployment.rollback", 5),
+        (BUNDLED.version, "deployment.promote", 2),
+    ]
+    assert history[0]["restored_at"] is None and history[1]["restored_at"] is not None
+
 
 async def test_create_and_patch_a_deployment_with_a_stale_revision_409(
     client: AsyncTestClient[Litestar],
