@@ -136,10 +136,13 @@ def test_an_operator_rolls_out_a_canary_from_the_console(
     expect(entry).to_contain_text(OPERATOR[0])
     page.screenshot(path=str(Path(output_path) / "console-audit.png"), full_page=True)
 
-    # Promote, with the browser's confirm accepted.
+    # Promote, through the in-page review (no native dialog: one would fail the test).
     page.goto(f"{base}/console/deployments")
-    page.once("dialog", lambda dialog: dialog.accept())
+    page.once("dialog", lambda dialog: pytest.fail(f"a native dialog: {dialog.message}"))
     card.locator("button.promote").click()
+    review = card.locator(".promote-review")
+    expect(review.locator(".review-to")).to_have_text(f"{MODEL}@warm")
+    review.locator("button.confirm-promote").click()
     expect(card.locator(".stable")).to_have_text(f"{MODEL}@warm")
     expect(card.locator(".canary")).to_have_text("none")
 
