@@ -201,7 +201,7 @@ async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
         json={
             "version": "warm",
             "artifact": f"bundled:{SMOLLM2}",
-            "params": {"temperature": 0.7},
+            "params": {"temperature": 0.7, "stop": ["###"], "max_tokens": 64},
         },
         headers=OPS,
     )
@@ -213,7 +213,7 @@ async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
         "registered",
     )
     assert version["checksum"] == artifact_checksum(bundled_source(SMOLLM2).path)
-    assert version["params"] == {"temperature": 0.7}
+    assert version["params"] == {"temperature": 0.7, "stop": ["###"], "max_tokens": 64}
 
     early = await client.post(
         f"{DEPLOYMENT}/canary", json={"version": "warm", "weight": 10}, headers=OPS
@@ -417,6 +417,14 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
             400,
             "params.tool_parser",
             "tool_parser (hermes, llama3_json)",
+        ),
+        (
+            "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "params": {"stop": ["a"] * 17}},
+            400,
+            "params.stop",
+            "stop (a list of 1 to 16 non-empty strings)",
         ),
         (
             "POST",
