@@ -829,3 +829,39 @@ async def test_workers_not_down_are_listed_as_prometheus_scrape_targets(
         {"targets": ["gpu2:9001"], "labels": {"replica": "w2", "__scheme__": "https"}},
     ]
     assert (await client.get("/api/admin/replicas/scrape-targets")).status_code == 401
+
+
+async def test_audit_and_decisions_lists_filter_and_page_as_the_console_does(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    for i in range(3):
+        await plane.audit.record("ops", "deployment.note", "deployment", f"d{i}", {})
+        await plane.alerts.decide(SMOLLM2, "shed_batch", "on", f"burn {i}", {"n": i})
+    first = await client.get(
+        "/api/admin/audit", params={"action": "deployment.note", "limit": 2}, headers=EVE
+    )
+    assert [e["entity_name"] for e in first.json()] == ["d2", "d1"]
+    link = first.headers["link"]
+    assert link.endswith('>; rel="next"') and "action=deployment.note" in link
+    rest = await client.get(link[1 : link.index(">")], headers=EVE)
+    assert [e["entity_name"] for e in rest.json()] == ["d0"] and "link" not in rest.headers
+    since = await client.get("/api/admin/audit", params={"since": "2999-01-01"}, headers=EVE)
+    assert since.status_code == 200 and since.json() == []
+
+    decisions = await client.get(
+        "/api/admin/decisions", params={"kind": "shed_batch", "limit": 1}, headers=EVE
+    )
+    assert [d["reason"] for d in decisions.json()] == ["burn 2"]
+    assert 'rel="next"' in decisions.headers["link"]
+
+    for path, params, param, message in [
+        ("/api/admin/audit", {"min_duration_ms": 5}, "min_duration_ms", "this list takes action"),
+        ("/api/admin/audit", {"entity_type": "robot"}, "entity_type", "one of deployment, key"),
+        ("/api/admin/audit", {"until": "noon"}, "until", "ISO 8601"),
+        ("/api/admin/decisions", {"kind": "panic"}, "kind", "one of shed_batch, fallback"),
+        ("/api/admin/decisions", {"actor": "ops"}, "actor", "deployment, kind, limit"),
+    ]:
+        answer = await client.get(path, params=params, headers=EVE)
+        assert answer.status_code == 400, (params, answer.text)
+        error = error_of(answer)
+        assert error["param"] == param and message in error["message"], error
