@@ -24,6 +24,7 @@ from vigil.platform.api.openai_inputs import (
     ToolIn,
     output_constraint,
 )
+from vigil.platform.control.versions.checks import MAX_STOP_STRINGS
 from vigil.platform.errors import InvalidRequest
 from vigil.platform.gateway.params import (
     ChatPrompt,
@@ -43,7 +44,7 @@ TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
 TopK = Annotated[int, Meta(ge=-1)]  # -1 or 0: no top-k cut (vLLM uses -1)
 Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 StopString = Annotated[str, Meta(min_length=1)]
-StopStrings = StopString | Annotated[list[StopString], Meta(max_length=16)]
+StopStrings = StopString | Annotated[list[StopString], Meta(max_length=MAX_STOP_STRINGS)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)]
 Bias = Annotated[float, Meta(ge=-100.0, le=100.0)]
 MAX_TOOLS = 128  # as OpenAI

@@ -9,6 +9,7 @@ the versions they name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -31,8 +32,8 @@ class VersionRef:
     format: ModelFormat
     artifact: str  # "bundled:<name>", a GGUF file, or a Hugging Face folder
     checksum: str | None = None  # SHA-256 (engine/artifacts.py), verified at load
-    # Load options (dtype) and sampling defaults (temperature, top_p, top_k) of this
-    # version, as sorted (name, value) pairs so the record stays hashable.
+    # Load options (dtype, quantization) and sampling defaults (temperature, top_p, top_k,
+    # max_tokens, stop) of this version, as version_params() pairs.
     params: tuple[tuple[str, Any], ...] = ()
 
     @property
@@ -42,6 +43,12 @@ class VersionRef:
 
     def param(self, name: str, default: Any = None) -> Any:
         return dict(self.params).get(name, default)
+
+
+def version_params(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A version's params as VersionRef keeps them: sorted pairs, a list (stop) as a
+    tuple, so that the record stays hashable."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
 
 
 def bundled_version(name: str) -> VersionRef:

@@ -106,7 +106,7 @@ def sampling(
         top_k=max(0, _pick(params.top_k, version.param("top_k"), 0)),
         top_p=_pick(params.top_p, version.param("top_p"), 1.0),
         seed=params.seed,
-        stop=params.stop,
+        stop=params.stop or tuple(version.param("stop", ())),
         ignore_eos=params.ignore_eos,
         min_tokens=params.min_tokens,
         constraint=constraint,

@@ -341,7 +341,7 @@ class SLOLoop:
             "stable_requests": case.stable_total,
             "margin": status.slo.rollback_margin,
         }
-        await self.plane.deployments.rollback(spec.name, actor="system", reason=reason)
+        await self.plane.deployments.drop_canary(spec.name, actor="system", reason=reason)
         await self.plane.alerts.decide(
             spec.name, "rollback", "rolled_back", reason, details, WebhookEvent.CANARY_ROLLBACK
         )

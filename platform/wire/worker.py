@@ -31,7 +31,7 @@ from vigil.engine.request import (
     TokenLogprob,
 )
 from vigil.engine.stats import EngineStats
-from vigil.platform.control.specs import VersionRef
+from vigil.platform.control.specs import VersionRef, version_params
 from vigil.platform.errors import Unauthorized
 from vigil.platform.forecast.costs import DecodePoint, StepCosts
 
@@ -59,7 +59,7 @@ class VersionWire(Struct, frozen=True):
             ModelFormat(self.format),
             self.artifact,
             self.checksum,
-            tuple(sorted(self.params.items())),
+            version_params(self.params),
         )
 
 

@@ -1,9 +1,11 @@
 """The console in Debian's Chromium against a real `vigil serve --auth keys`: an operator
 signs in, registers a version, loads it as a canary, gives it 10% of the traffic through
 the confirm step, watches the canary's share of the requests arrive in the overview's
-chart, finds the change in the audit log, promotes; a viewer gets no write controls and a
-forged write is refused; "sign out everywhere" in one browser signs out another; without
-a session nothing is shown, and on a host open to the network that holds without --auth."""
+chart, finds the change in the audit log, promotes through the review step and rolls
+the promotion back; an audit entry reads as the field it changed; a viewer gets no
+write controls and a forged write is refused; "sign out everywhere" in one browser signs
+out another; without a session nothing is shown, and on a host open to the network that
+holds without --auth."""
 
 from __future__ import annotations
 
@@ -19,9 +21,13 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from vigil.platform.control.specs import bundled_version
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 MODEL = "smollm2-135m-instruct"
+BUNDLED_KEY = bundled_version(MODEL).key
+DOCS = Path(__file__).resolve().parents[2] / "web" / "docs"  # the README's screenshots
 OPERATOR = ("otto", "otto-password-1")
 VIEWER = ("vera", "vera-password-1")
 
@@ -132,16 +138,72 @@ def test_an_operator_rolls_out_a_canary_from_the_console(
     page.select_option("#audit-filters select[name=entity_type]", "deployment")
     entry = page.locator("#audit-rows tr.audit-entry").first
     expect(entry).to_contain_text("deployment.canary")
-    expect(entry).to_contain_text('"canary_weight": 10')
+    expect(entry.locator("tr", has_text="canary_weight").locator("td.diff-after")).to_have_text(
+        "10"
+    )
     expect(entry).to_contain_text(OPERATOR[0])
     page.screenshot(path=str(Path(output_path) / "console-audit.png"), full_page=True)
 
-    # Promote, with the browser's confirm accepted.
+    # Promote, through the in-page review (no native dialog: one would fail the test).
     page.goto(f"{base}/console/deployments")
-    page.once("dialog", lambda dialog: dialog.accept())
+    page.once("dialog", lambda dialog: pytest.fail(f"a native dialog: {dialog.message}"))
     card.locator("button.promote").click()
+    review = card.locator(".promote-review")
+    expect(review.locator(".review-to")).to_have_text(f"{MODEL}@warm")
+    review.locator("button.confirm-promote").click()
     expect(card.locator(".stable")).to_have_text(f"{MODEL}@warm")
     expect(card.locator(".canary")).to_have_text("none")
+
+    # Roll back, with no canary left: the review names the stable version the promotion
+    # replaced, and confirming puts it back.
+    card.locator("button.rollback").click()
+    review = card.locator(".rollback-review")
+    expect(review.locator(".review-from")).to_have_text(f"{MODEL}@warm")
+    expect(review.locator(".review-to")).to_have_text(BUNDLED_KEY)
+    expect(review).to_contain_text("restores the stable version of revision")
+    expect(review.locator("table.review-slis tbody tr")).not_to_have_count(0)
+    page.screenshot(path=str(DOCS / "console-rollback.png"), full_page=True)
+    review.locator("button.confirm-rollback").click()
+    expect(card.locator(".stable")).to_have_text(BUNDLED_KEY)
+    expect(page.locator("#flash")).to_contain_text("previous stable version serves again")
+    history = httpx.get(
+        f"{base}/api/admin/deployments/{MODEL}/history", auth=OPERATOR, timeout=30
+    ).json()
+    assert [h["action"] for h in history[:2]] == ["deployment.rollback", "deployment.promote"]
+
+
+def test_an_operator_reads_what_an_audit_entry_changed(server: Any, page: Page) -> None:
+    """Retiring a version changes one field: the audit row shows that one, before and
+    after, and the whole record opens below it, inside the card."""
+    base = server.base_url
+    sign_in(page, base, OPERATOR, "/console/versions")
+    page.fill("#register-version input[name=version]", "audited")
+    page.fill("#register-version input[name=artifact]", f"bundled:{MODEL}")
+    page.fill("#register-version input[name=max_tokens]", "32")
+    page.fill("#register-version textarea[name=stop]", "###")
+    page.click("#register-version button[type=submit]")
+    expect(page.locator("#flash")).to_contain_text(f"Registered {MODEL}@audited")
+    page.once("dialog", lambda dialog: dialog.accept())  # retiring still asks the browser
+    page.locator(f'tr[data-key="{MODEL}@audited"] button.retire').click()
+    expect(page.locator("#flash")).to_contain_text(f"Retired {MODEL}@audited")
+
+    page.goto(f"{base}/console/audit")
+    page.select_option("#audit-filters select[name=entity_type]", "version")
+    page.fill("#audit-filters input[name=action]", "version.retire")
+    page.click("#audit-filters button[type=submit]")
+    entry = page.locator("#audit-rows tr.audit-entry").first
+    expect(entry).to_contain_text(f"{MODEL}@audited")
+    expect(entry.locator("td.diff-field")).to_have_text(["status"])  # only what changed
+    expect(entry.locator("td.diff-before")).to_have_text("registered")
+    expect(entry.locator("td.diff-after")).to_have_text("retired")
+    whole = entry.locator("details.whole-record")
+    expect(whole.locator("pre").first).not_to_be_visible()
+    whole.locator("summary").click()
+    expect(whole.locator("pre").last).to_be_visible()
+    expect(whole.locator("pre").last).to_contain_text('"max_tokens": 32')
+    panel = page.locator("section.panel")
+    assert panel.evaluate("(e) => e.scrollWidth <= e.clientWidth"), "the table overflows"
+    page.screenshot(path=str(DOCS / "console-audit-diff.png"), full_page=True)
 
 
 def test_a_viewer_has_no_write_controls_and_a_forged_write_is_refused(

@@ -63,6 +63,7 @@ ADMIN_READS = [
     "GET /api/admin/deployments",
     "GET /api/admin/deployments/{name}",
     "GET /api/admin/deployments/{name}/slo",
+    "GET /api/admin/deployments/{name}/history",
     "GET /api/admin/webhooks",
     "GET /api/admin/audit",
     "GET /api/admin/replicas",

@@ -1,5 +1,6 @@
-"""Deployments: stable and canary versions, the canary's share of traffic (with a
-confirm step that says what will change), promote and roll back, and canary vs stable
+"""Deployments: stable and canary versions, the canary's share of traffic, promote and
+roll back (each with an in-page review step that says what will change: versions,
+revisions and both versions' SLIs side by side; no browser dialog), and canary vs stable
 SLIs side by side. Every write sends the revision the page was drawn from; a stale one
 is answered 409 with who changed the deployment since, and how, and the card redrawn."""
 
@@ -44,9 +45,14 @@ async def _card_context(
 
 def _slis_side_by_side(slos: SLOTracker, record: DeploymentRecord) -> list[dict[str, Any]]:
     """Per SLI: the stable's and the canary's good/total over the SLO window."""
-    status = slos.status(record.name)
     spec = record.spec
     keys = [spec.stable.key] + ([spec.canary.key] if spec.canary is not None else [])
+    return _slis_of(slos, record.name, keys)
+
+
+def _slis_of(slos: SLOTracker, name: str, keys: list[str]) -> list[dict[str, Any]]:
+    """Per SLI: each version's good/total over the SLO window, in the order of `keys`."""
+    status = slos.status(name)
     rows = []
     for sli in SLI:
         cells = []
@@ -119,6 +125,49 @@ class DeploymentsController(Controller):
             revision=revision,
         )
 
+    @get("/{name:str}/promote/review", opt=OPERATOR)
+    async def review_promote(
+        self, request: Request[Any, Any, Any], plane: Plane, slos: SLOs, name: FromPath[str]
+    ) -> Template:
+        """Promote's confirm step: the canary replaces the stable version."""
+        record = await plane.deployments.get(name)
+        spec = record.spec
+        if spec.canary is None:
+            return _review(request, record, "promote", problem="There is no canary to promote.")
+        return _review(
+            request,
+            record,
+            "promote",
+            leaving=spec.stable,
+            coming=spec.canary,
+            coming_revision=None,
+            slis=_slis_of(slos, name, [spec.stable.key, spec.canary.key]),
+        )
+
+    @get("/{name:str}/rollback/review", opt=OPERATOR)
+    async def review_rollback(
+        self, request: Request[Any, Any, Any], plane: Plane, slos: SLOs, name: FromPath[str]
+    ) -> Template:
+        """Roll back's confirm step: the canary dropped, or the previous stable restored."""
+        record = await plane.deployments.get(name)
+        try:
+            plan = await plane.deployments.rollback_plan(name)
+        except Conflict as exc:
+            return _review(request, record, "rollback", problem=exc.message)
+        if plan.restores is None:  # drop the canary: the stable version stays
+            coming, coming_revision = record.spec.stable, None
+        else:
+            coming, coming_revision = plan.restores.version, plan.restores
+        return _review(
+            request,
+            record,
+            "rollback",
+            leaving=plan.leaving,
+            coming=coming,
+            coming_revision=coming_revision,
+            slis=_slis_of(slos, name, [plan.leaving.key, coming.key]),
+        )
+
     @post("/{name:str}/canary", opt=OPERATOR)
     async def set_canary(
         self,
@@ -173,10 +222,37 @@ class DeploymentsController(Controller):
     ) -> Template:
         revision = whole(await form_of(request), "revision", low=1, required=False)
 
+        before = await plane.deployments.get(name)
+
         async def write() -> DeploymentRecord:
             return await plane.deployments.rollback(name, revision=revision, actor=actor)
 
-        return await _written(request, plane, slos, name, write, f"{name}: the canary is dropped.")
+        done = (
+            f"{name}: the canary is dropped."
+            if before.spec.canary is not None
+            else f"{name}: rolled back; the previous stable version serves again."
+        )
+        return await _written(request, plane, slos, name, write, done)
+
+
+def _review(
+    request: Request[Any, Any, Any],
+    record: DeploymentRecord,
+    action: str,
+    problem: str | None = None,
+    **change: Any,
+) -> Template:
+    """The in-page confirm step of promote or roll back: from -> to, with revisions and
+    both versions' SLIs; or, when the action cannot be done, why."""
+    return render(
+        request,
+        "deployments/_action_review.html",
+        d=record,
+        spec=record.spec,
+        action=action,
+        problem=problem,
+        **change,
+    )
 
 
 async def _written(

@@ -1,4 +1,5 @@
-"""Model versions: register one (artifact, format, default sampling params), each
+"""Model versions: register one (artifact, format, and every default a version can
+carry: sampling, output cap, stop strings, dtype, quantization, tool parser), each
 worker's load state and progress (the table redraws itself every 2 s), a failed load's
 error, and retiring a version no deployment serves."""
 
@@ -10,8 +11,10 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath
 from litestar.response import Template
 
-from vigil.engine.bundled import ModelFormat
+from vigil.engine.bundled import SMOLLM2, ModelFormat, bundled_source
+from vigil.engine.model.config import QUANTIZATIONS
 from vigil.platform.control.plane import ControlPlane
+from vigil.platform.control.versions.checks import DTYPES, MAX_STOP_STRINGS, TOOL_PARSERS
 from vigil.platform.errors import InvalidRequest
 from vigil.platform.gateway.workers import WorkerRegistry
 from vigil.web.auth import OPERATOR, Actor
@@ -44,20 +47,43 @@ async def _table_context(plane: ControlPlane, workers: WorkerRegistry) -> dict[s
 
 
 def _params(form: Any) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    temperature = decimal(form, "temperature", low=0, high=2, required=False)
-    top_p = decimal(form, "top_p", low=0, high=1, required=False)
-    top_k = whole(form, "top_k", low=-1, required=False)
-    dtype = text(form, "dtype", required=False)
-    for name, value in (
-        ("temperature", temperature),
-        ("top_p", top_p),
-        ("top_k", top_k),
-        ("dtype", dtype),
+    """Every default a version can carry, from the fields the operator filled in;
+    check_params (the admin API's rules) has the last word on each."""
+    params: dict[str, Any] = {
+        "temperature": decimal(form, "temperature", low=0, high=2, required=False),
+        "top_p": decimal(form, "top_p", low=0, high=1, required=False),
+        "top_k": whole(form, "top_k", low=-1, required=False),
+        "max_tokens": whole(form, "max_tokens", low=1, required=False),
+    }
+    for name, allowed in (
+        ("dtype", DTYPES),
+        ("quantization", QUANTIZATIONS),
+        ("tool_parser", TOOL_PARSERS),
     ):
-        if value is not None:
-            params[name] = value
-    return params
+        value = text(form, name, required=False)
+        if value is not None and value not in allowed:
+            raise InvalidRequest(f"'{name}' must be one of {', '.join(allowed)}.", param=name)
+        params[name] = value
+    stop = [line for line in (text(form, "stop", required=False) or "").splitlines() if line]
+    if len(stop) > MAX_STOP_STRINGS:
+        raise InvalidRequest(
+            f"'stop' takes at most {MAX_STOP_STRINGS} strings, one a line; it has {len(stop)}.",
+            param="stop",
+        )
+    params["stop"] = stop or None
+    return {name: value for name, value in params.items() if value is not None}
+
+
+def _placeholders() -> dict[str, Any]:
+    """What a field left empty means: the bundled chat model's defaults, and the
+    engine's where it has none."""
+    defaults = dict(bundled_source(SMOLLM2).defaults)
+    return {
+        "temperature": defaults.get("temperature", 1.0),
+        "top_p": defaults.get("top_p", 1.0),
+        "top_k": defaults.get("top_k", "0 (none)"),
+        "max_tokens": defaults.get("max_tokens", "up to the context"),
+    }
 
 
 class VersionsController(Controller):
@@ -74,6 +100,11 @@ class VersionsController(Controller):
             area="versions",
             models=models,
             formats=FORMATS,
+            dtypes=DTYPES,
+            quantizations=QUANTIZATIONS,
+            tool_parsers=TOOL_PARSERS,
+            max_stop=MAX_STOP_STRINGS,
+            placeholders=_placeholders(),
             **await _table_context(plane, workers),
         )
 

@@ -136,6 +136,15 @@ class DeploymentOut(Struct, kw_only=True):
     updated_at: datetime
 
 
+class StableHistoryOut(Struct, kw_only=True):
+    version: VersionKeyOut  # stable until `action` replaced it
+    revision: int  # the deployment's revision while it was stable
+    action: str
+    actor: str
+    replaced_at: datetime
+    restored_at: datetime | None  # when a roll back brought it back
+
+
 def deployment_out(r: DeploymentRecord) -> DeploymentOut:
     spec = r.spec
     fb, pool = spec.fallback, spec.long_prompt_pool
@@ -318,7 +327,8 @@ class DeploymentController(Controller):
 
     @post(
         "/{name:str}/rollback",
-        summary="Drop the canary",
+        summary="Drop the canary; without one, restore the stable version before the last "
+        "promotion (409 nothing_to_roll_back, or version_not_servable when it is retired)",
         opt=OPERATOR,
         status_code=200,
         responses=WRITE_ERRORS,
@@ -332,6 +342,24 @@ class DeploymentController(Controller):
     ) -> DeploymentOut:
         record = await plane.deployments.rollback(name, revision=_revision(data), actor=actor)
         return deployment_out(record)
+
+    @get(
+        "/{name:str}/history",
+        summary="The stable versions a deployment served before, newest first",
+        responses=error_responses(404),
+    )
+    async def history(self, plane: Plane, name: FromPath[str]) -> list[StableHistoryOut]:
+        return [
+            StableHistoryOut(
+                version=VersionKeyOut(model=h.version.model, version=h.version.version),
+                revision=h.revision,
+                action=h.action,
+                actor=h.actor,
+                replaced_at=h.replaced_at,
+                restored_at=h.restored_at,
+            )
+            for h in await plane.deployments.stable_history(name)
+        ]
 
     @get("/{name:str}/slo", summary="A deployment's SLO targets", responses=error_responses(404))
     async def get_slo(self, plane: Plane, name: FromPath[str]) -> SLOBody:

@@ -31,7 +31,8 @@ class VersionIn(In):
     artifact: Annotated[str, Meta(min_length=1, max_length=1000)]  # bundled:<name> or a path
     format: ModelFormat | None = None  # default: from the artifact
     checksum: Annotated[str, Meta(pattern="^[0-9a-fA-F]{64}$")] | None = None  # SHA-256
-    params: dict[str, Any] = field(default_factory=dict)  # dtype, temperature, top_p, top_k
+    # dtype, quantization, temperature, top_p, top_k, max_tokens, stop, tool_parser
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 class ModelOut(Struct, kw_only=True):

@@ -13,10 +13,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from vigil.platform.control.alerts.records import AlertRecord, DecisionRecord, fingerprint
 from vigil.platform.control.alerts.tables import Alert, Decision
 from vigil.platform.control.db import Service, aware, utcnow
+from vigil.platform.control.listing import (
+    ANY_TIME,
+    Page,
+    TimeRange,
+    check_choice,
+    check_limit,
+    page_of,
+)
 from vigil.platform.control.webhooks.outbox import enqueue, subscribers
 from vigil.platform.control.webhooks.records import WebhookEvent
 
 MAX_LIST = 1000
+# What Vigil decides by itself (decisions.kind).
+DECISION_KINDS = ("shed_batch", "fallback", "rollback", "shadow", "alert", "worker")
 
 
 class AlertService(Service):
@@ -120,16 +130,44 @@ class AlertService(Service):
             return [DecisionRecord.of(row) for row in (await session.execute(stmt)).scalars()]
 
     async def decisions(
-        self, deployment: str | None = None, kinds: Sequence[str] = (), limit: int = 100
+        self,
+        deployment: str | None = None,
+        kinds: Sequence[str] = (),
+        limit: int = 100,
+        *,
+        span: TimeRange = ANY_TIME,
+        before_id: int | None = None,
     ) -> list[DecisionRecord]:
-        """Newest first."""
-        stmt = select(Decision).order_by(Decision.id.desc()).limit(min(limit, MAX_LIST))
+        """Newest first; `before_id`: only decisions older than that one."""
+        stmt = select(Decision).order_by(Decision.id.desc()).limit(min(limit, MAX_LIST + 1))
         if deployment is not None:
             stmt = stmt.where(Decision.deployment == deployment)
         if kinds:
             stmt = stmt.where(Decision.kind.in_(kinds))
+        if span.since is not None:
+            stmt = stmt.where(Decision.at >= span.since)
+        if span.until is not None:
+            stmt = stmt.where(Decision.at < span.until)
+        if before_id is not None:
+            stmt = stmt.where(Decision.id < before_id)
         async with self._sessions() as session:
             return [DecisionRecord.of(row) for row in (await session.execute(stmt)).scalars()]
+
+    async def decisions_page(
+        self,
+        *,
+        deployment: str | None = None,
+        kind: str | None = None,
+        span: TimeRange = ANY_TIME,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> Page[DecisionRecord]:
+        check_limit(limit, MAX_LIST)
+        check_choice(kind, "kind", DECISION_KINDS)
+        found = await self.decisions(
+            deployment, (kind,) if kind else (), limit + 1, span=span, before_id=before_id
+        )
+        return page_of(found, limit, lambda d: d.id)
 
 
 async def _newest(session: AsyncSession, deployment: str, kind: str) -> Decision | None:

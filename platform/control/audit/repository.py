@@ -10,6 +10,7 @@ from sqlalchemy import select
 from vigil.platform.control.audit.records import Snapshot, to_json
 from vigil.platform.control.audit.tables import AuditEntry
 from vigil.platform.control.db import Repository
+from vigil.platform.control.listing import ANY_TIME, TimeRange
 
 
 class AuditRepository(Repository[AuditEntry]):
@@ -41,7 +42,12 @@ class AuditRepository(Repository[AuditEntry]):
         limit: int,
         hidden_types: frozenset[str] = frozenset(),
         actor: str | None = None,
+        *,
+        action: str | None = None,
+        span: TimeRange = ANY_TIME,
+        before_id: int | None = None,
     ) -> Sequence[AuditEntry]:
+        """Newest first; `before_id`: only entries older than that one (the next page)."""
         stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
         if hidden_types:
             stmt = stmt.where(AuditEntry.entity_type.not_in(hidden_types))
@@ -51,4 +57,12 @@ class AuditRepository(Repository[AuditEntry]):
             stmt = stmt.where(AuditEntry.entity_name == entity_name)
         if actor is not None:
             stmt = stmt.where(AuditEntry.actor == actor)
+        if action is not None:
+            stmt = stmt.where(AuditEntry.action == action)
+        if span.since is not None:
+            stmt = stmt.where(AuditEntry.at >= span.since)
+        if span.until is not None:
+            stmt = stmt.where(AuditEntry.at < span.until)
+        if before_id is not None:
+            stmt = stmt.where(AuditEntry.id < before_id)
         return (await self.session.execute(stmt)).scalars().all()

@@ -41,6 +41,7 @@ from vigil.platform.control.specs import (
     VersionRef,
     bundled_version,
     default_limits,
+    version_params,
 )
 from vigil.platform.control.versions.local import local_version, model_args
 
@@ -135,7 +136,7 @@ def _version(entry: dict[str, Any], where: str) -> VersionRef:
             format=_choice(ModelFormat, entry.get("format", "gguf"), "format", where),
             artifact=str(entry["artifact"]),
             checksum=entry.get("checksum"),
-            params=tuple(sorted(dict(entry.get("params", {})).items())),
+            params=version_params(dict(entry.get("params", {}))),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc!r}") from exc

@@ -75,3 +75,26 @@ def draft_of(spec: DeploymentSpec) -> DeploymentDraft:
         fallback=spec.fallback,
         long_prompt_pool=spec.long_prompt_pool,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StableHistoryRecord:
+    """A stable version the deployment served until `action` replaced it."""
+
+    version: VersionRef
+    revision: int  # the deployment's revision while this version was stable
+    action: str  # e.g. deployment.promote
+    actor: str
+    replaced_at: datetime
+    restored_at: datetime | None  # when a roll back brought it back
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackPlan:
+    """What a roll back does now: drop the canary (`restores` None), or put back the
+    stable version the last promotion replaced."""
+
+    name: str
+    revision: int  # the deployment's now; a roll back at another revision is refused
+    leaving: VersionRef  # the canary dropped, or the stable version replaced
+    restores: StableHistoryRecord | None

@@ -8,8 +8,9 @@ write that changes nothing leaves no row, no audit entry and no new revision.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+import builtins
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,23 +18,34 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from vigil.platform.control.audit.records import AuditRecord
 from vigil.platform.control.audit.repository import AuditRepository
-from vigil.platform.control.db import Service
+from vigil.platform.control.db import Service, aware, utcnow
 from vigil.platform.control.deployments.drafts import check_draft, record_of, snapshot, store
 from vigil.platform.control.deployments.records import (
     DeploymentDraft,
     DeploymentRecord,
+    RollbackPlan,
+    StableHistoryRecord,
     VersionKey,
 )
-from vigil.platform.control.deployments.repository import DeploymentRepository
+from vigil.platform.control.deployments.repository import ROLLBACK, DeploymentRepository
 from vigil.platform.control.deployments.slos import check_slo, slo_of, slo_snapshot, store_slo
-from vigil.platform.control.deployments.tables import SLO, Deployment
+from vigil.platform.control.deployments.tables import SLO, Deployment, StableHistoryEntry
 from vigil.platform.control.names import check_name, must_exist, name_taken
 from vigil.platform.control.specs import SLOTargets, VersionRef
 from vigil.platform.control.versions.records import VersionStatus, version_ref
 from vigil.platform.control.versions.repository import ModelVersionRepository
+from vigil.platform.control.versions.tables import ModelVersion
 from vigil.platform.errors import Conflict
 
 Edit = Callable[[DeploymentDraft], DeploymentDraft]
+
+
+@dataclass(frozen=True, slots=True)
+class Planner:
+    """An edit that depends on more than the draft (the history): decided from the row,
+    in the transaction that writes it."""
+
+    plan: Callable[[AsyncSession, Deployment], Awaitable[Edit]]
 
 
 async def load_records(session: AsyncSession, rows: Sequence[Deployment]) -> list[DeploymentRecord]:
@@ -93,8 +105,18 @@ async def change_deployment(
         return None
     ids = await check_draft(session, row.name, draft, deployment_names)
     before = snapshot(row.name, current.draft, row.revision)
+    replaced_id, replaced_revision = row.stable_version_id, row.revision
     store(row, draft, ids)
     await session.flush()  # UPDATE ... WHERE revision = <read>; bumps it
+    if row.stable_version_id != replaced_id:
+        entry = StableHistoryEntry(
+            deployment_id=row.id,
+            version_id=replaced_id,
+            revision=replaced_revision,
+            action=action,
+            actor=actor,
+        )
+        DeploymentRepository(session).add(entry)
     after = snapshot(row.name, draft, row.revision)
     if reason is not None:
         after["reason"] = reason
@@ -225,14 +247,59 @@ class DeploymentService(Service):
             name, revision, edit, actor, "deployment.promote", takes_traffic=lambda d: d.stable
         )
 
-    async def rollback(
+    async def drop_canary(
         self, name: str, *, revision: int | None = None, actor: str, reason: str | None = None
     ) -> DeploymentRecord:
-        """The canary is dropped; the stable version takes all the traffic again."""
+        """The canary is dropped; the stable version takes all the traffic again. The SLO
+        loop's automatic roll back: it never touches the stable version."""
         edit = _canary_edit(
             name, "roll back", lambda d, _: replace(d, canary=None, canary_weight=0)
         )
-        return await self._change(name, revision, edit, actor, "deployment.rollback", reason=reason)
+        return await self._change(name, revision, edit, actor, ROLLBACK, reason=reason)
+
+    async def rollback(
+        self, name: str, *, revision: int | None = None, actor: str
+    ) -> DeploymentRecord:
+        """With a canary, drop it; without one, put back the stable version that the last
+        promotion (or edit of stable) replaced, marking its history entry restored."""
+
+        restored: VersionKey | None = None  # the version that takes the traffic back
+
+        async def plan(session: AsyncSession, row: Deployment) -> Edit:
+            nonlocal restored
+            if row.canary_version_id is not None:
+                return lambda d: replace(d, canary=None, canary_weight=0)
+            entry, version = await _restorable(session, row)
+            entry.restored_at = utcnow()
+            restored = VersionKey(version.model, version.version)
+            key = restored
+            return lambda d: replace(d, stable=key)
+
+        return await self._change(
+            name, revision, Planner(plan), actor, ROLLBACK, takes_traffic=lambda _: restored
+        )
+
+    async def rollback_plan(self, name: str) -> RollbackPlan:
+        """What `rollback` would do now (the console's review step); Conflict when there
+        is nothing it could do."""
+        async with self._sessions() as session:
+            row = await _deployment(session, name)
+            (record,) = await load_records(session, [row])
+            if record.spec.canary is not None:
+                return RollbackPlan(name, row.revision, record.spec.canary, None)
+            entry, version = await _restorable(session, row)
+            restores = _history_record(entry, version)
+            return RollbackPlan(name, row.revision, record.spec.stable, restores)
+
+    async def stable_history(
+        self, name: str, limit: int = 50
+    ) -> builtins.list[StableHistoryRecord]:
+        """The stable versions replaced, newest first."""
+        async with self._sessions() as session:
+            row = await _deployment(session, name)
+            entries = await DeploymentRepository(session).stable_history(row.id, limit)
+            versions = await ModelVersionRepository(session).by_ids({e.version_id for e in entries})
+            return [_history_record(e, versions[e.version_id]) for e in entries]
 
     async def previous_stable(self, name: str) -> VersionRef | None:
         """The stable version before the current one (from the audit log), if it can
@@ -271,19 +338,22 @@ class DeploymentService(Service):
         self,
         name: str,
         revision: int | None,
-        edit: Edit,
+        edit: Edit | Planner,
         actor: str,
         action: str,
         takes_traffic: Callable[[DeploymentDraft], VersionKey | None] = lambda _: None,
         reason: str | None = None,
     ) -> DeploymentRecord:
-        """Apply `edit`; `takes_traffic` names the version the edit sends new traffic to,
+        """Apply `edit` (or the edit a Planner decides from the row, in the same
+        transaction); `takes_traffic` names the version the edit sends new traffic to,
         which must be ready on some worker (else Conflict, nothing written)."""
         try:
             async with self._sessions.begin() as session:
                 row = await _deployment(session, name)
                 if revision is not None and row.revision != revision:
                     raise _stale(name, revision, row.revision)
+                if isinstance(edit, Planner):
+                    edit = await edit.plan(session, row)
                 names = await DeploymentRepository(session).names()
                 record = await change_deployment(
                     session,
@@ -358,6 +428,41 @@ def _canary_edit(
         return change(draft, draft.canary)
 
     return edit
+
+
+async def _restorable(
+    session: AsyncSession, row: Deployment
+) -> tuple[StableHistoryEntry, ModelVersion]:
+    """The history entry a roll back without a canary restores, and its version; Conflict
+    when there is none or its version can no longer be served."""
+    entry = await DeploymentRepository(session).restorable(row)
+    if entry is None:
+        raise Conflict(
+            f"deployment {row.name!r} has no canary and no earlier stable version to go "
+            "back to (it was never promoted, or every promotion was rolled back already)",
+            code="nothing_to_roll_back",
+        )
+    (version,) = (await ModelVersionRepository(session).by_ids({entry.version_id})).values()
+    if version.status == VersionStatus.RETIRED:
+        raise Conflict(
+            f"the stable version before this one, {version.model}@{version.version}, is "
+            "retired and can no longer be served; deploy another version as a canary and "
+            f"promote it instead (POST /api/admin/deployments/{row.name}/canary)",
+            param="version",
+            code="version_not_servable",
+        )
+    return entry, version
+
+
+def _history_record(entry: StableHistoryEntry, version: ModelVersion) -> StableHistoryRecord:
+    return StableHistoryRecord(
+        version=version_ref(version),
+        revision=entry.revision,
+        action=entry.action,
+        actor=entry.actor,
+        replaced_at=aware(entry.replaced_at),
+        restored_at=aware(entry.restored_at) if entry.restored_at is not None else None,
+    )
 
 
 def _no_canary(name: str, verb: str) -> Conflict:

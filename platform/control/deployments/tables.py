@@ -65,3 +65,25 @@ class SLO(Base):
     rollback_min_requests: Mapped[int] = mapped_column(Integer, default=50)
     rollback_margin: Mapped[float] = mapped_column(Float, default=0.05)
     admission_target: Mapped[float] = mapped_column(Float, default=0.99)  # interactive admitted
+
+
+class StableHistoryEntry(Base):
+    """A stable version a deployment served until a write replaced it (a promotion, an
+    edit of `stable`, a roll back), written in the same transaction as that write.
+
+    A roll back without a canary restores the newest entry that is neither a roll back's
+    own nor already restored, and marks it `restored_at`: successive roll backs walk back
+    through the promotions, and a roll back is never undone by the next one."""
+
+    __tablename__ = "deployment_stable_history"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), index=True
+    )
+    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
+    revision: Mapped[int] = mapped_column(Integer)  # the deployment's, while it was stable
+    action: Mapped[str] = mapped_column(String(100))  # the write that replaced it
+    actor: Mapped[str] = mapped_column(String(200))
+    replaced_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    restored_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)

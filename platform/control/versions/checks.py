@@ -22,11 +22,13 @@ from vigil.platform.errors import InvalidRequest
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TOOL_PARSERS = ("hermes", "llama3_json")  # gateway/tool_formats.py's ToolFormat
+MAX_STOP_STRINGS = 16  # as many as a request's `stop` may hold
 
 
 def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """A version's params: dtype, quantization, the sampling defaults a request may
-    override, and how its tool calls are written (gateway/tool_formats.py)."""
+    override (temperature, top_p, top_k, max_tokens, stop), and how its tool calls are
+    written (gateway/tool_formats.py)."""
     checked: dict[str, Any] = {}
     for name, value in params.items():
         if (
@@ -43,6 +45,8 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
             if value < 1:
                 raise _bad_param(name, value)
             checked[name] = value  # the output cap of a request that sets none
+        elif name == "stop" and _stop_strings(value):
+            checked[name] = list(value)  # a request that sets no stop ends at these
         elif name == "top_k" and isinstance(value, int) and not isinstance(value, bool):
             if value < -1:
                 raise _bad_param(name, value)
@@ -50,6 +54,14 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
         else:
             raise _bad_param(name, value)
     return checked
+
+
+def _stop_strings(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and 1 <= len(value) <= MAX_STOP_STRINGS
+        and all(isinstance(v, str) and v for v in value)
+    )
 
 
 def _number(value: Any) -> bool:
@@ -61,7 +73,8 @@ def _bad_param(name: str, value: Any) -> InvalidRequest:
         f"dtype ({', '.join(DTYPES)}), quantization ({', '.join(QUANTIZATIONS)}), "
         "temperature (0 to 2), top_p (above 0, at most 1), "
         "top_k (an integer, -1 or 0 for none), max_tokens (at least 1: the cap of a "
-        f"request that sets none), tool_parser ({', '.join(TOOL_PARSERS)})"
+        f"request that sets none), stop (a list of 1 to {MAX_STOP_STRINGS} non-empty "
+        f"strings), tool_parser ({', '.join(TOOL_PARSERS)})"
     )
     return InvalidRequest(
         f"params.{name} = {value!r} is not allowed; a version's params are {allowed}",

@@ -10,7 +10,7 @@ from typing import Any
 
 from vigil.engine.bundled import ModelFormat, ModelKind
 from vigil.platform.control.db import aware
-from vigil.platform.control.specs import VersionRef
+from vigil.platform.control.specs import VersionRef, version_params
 from vigil.platform.control.versions.tables import Model, ModelVersion
 
 
@@ -63,7 +63,7 @@ def version_ref(row: ModelVersion) -> VersionRef:
         format=ModelFormat(row.format),
         artifact=row.artifact,
         checksum=row.checksum,
-        params=tuple(sorted(row.params.items())),
+        params=version_params(row.params),
     )
 
 

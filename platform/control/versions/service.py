@@ -17,7 +17,7 @@ from vigil.platform.control.audit.repository import AuditRepository
 from vigil.platform.control.db import OnChange, Service, nothing_changed
 from vigil.platform.control.deployments.repository import DeploymentRepository
 from vigil.platform.control.names import check_name, check_version, must_exist, name_taken
-from vigil.platform.control.specs import VersionRef
+from vigil.platform.control.specs import VersionRef, version_params
 from vigil.platform.control.versions.checks import (
     check_artifact_place,
     check_params,
@@ -102,7 +102,7 @@ class VersionService(Service):
             format or infer_format(artifact),
             artifact,
             checksum,
-            tuple(sorted(checked.items())),
+            version_params(checked),
         )
         actual = await verified_checksum(ref)  # outside the transaction: it reads the file
         try:

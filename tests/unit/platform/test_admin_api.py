@@ -201,7 +201,7 @@ async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
         json={
             "version": "warm",
             "artifact": f"bundled:{SMOLLM2}",
-            "params": {"temperature": 0.7},
+            "params": {"temperature": 0.7, "stop": ["###"], "max_tokens": 64},
         },
         headers=OPS,
     )
@@ -213,7 +213,7 @@ async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
         "registered",
     )
     assert version["checksum"] == artifact_checksum(bundled_source(SMOLLM2).path)
-    assert version["params"] == {"temperature": 0.7}
+    assert version["params"] == {"temperature": 0.7, "stop": ["###"], "max_tokens": 64}
 
     early = await client.post(
         f"{DEPLOYMENT}/canary", json={"version": "warm", "weight": 10}, headers=OPS
@@ -270,6 +270,21 @@ async def test_operator_registers_a_version_canaries_promotes_and_rolls_back(
     retire = await client.post(f"/api/admin/models/{SMOLLM2}/versions/warm/retire", headers=OPS)
     assert retire.status_code == 409
     assert f"still served by deployment(s) {SMOLLM2}" in error_of(retire)["message"]
+
+    # without a canary, roll back undoes the promotion; then there is nothing left to undo
+    undone = await client.post(f"{DEPLOYMENT}/rollback", json={"revision": 5}, headers=OPS)
+    assert undone.status_code == 200, undone.text
+    assert (undone.json()["stable"]["version"], undone.json()["revision"]) == (
+        BUNDLED.version, 6
+    )  # fmt: skip
+    again = await client.post(f"{DEPLOYMENT}/rollback", headers=OPS)
+    assert again.status_code == 409 and error_of(again)["code"] == "nothing_to_roll_back"
+    history = (await client.get(f"{DEPLOYMENT}/history", headers=EVE)).json()
+    assert [(h["version"]["version"], h["action"], h["revision"]) for h in history] == [
+        ("warm", "deployment.rollback", 5),
+        (BUNDLED.version, "deployment.promote", 2),
+    ]
+    assert history[0]["restored_at"] is None and history[1]["restored_at"] is not None
 
 
 async def test_create_and_patch_a_deployment_with_a_stale_revision_409(
@@ -402,6 +417,14 @@ async def test_slo_get_and_put(client: AsyncTestClient[Litestar]) -> None:
             400,
             "params.tool_parser",
             "tool_parser (hermes, llama3_json)",
+        ),
+        (
+            "POST",
+            f"/api/admin/models/{SMOLLM2}/versions",
+            {"version": "v2", "artifact": f"bundled:{SMOLLM2}", "params": {"stop": ["a"] * 17}},
+            400,
+            "params.stop",
+            "stop (a list of 1 to 16 non-empty strings)",
         ),
         (
             "POST",
@@ -806,3 +829,39 @@ async def test_workers_not_down_are_listed_as_prometheus_scrape_targets(
         {"targets": ["gpu2:9001"], "labels": {"replica": "w2", "__scheme__": "https"}},
     ]
     assert (await client.get("/api/admin/replicas/scrape-targets")).status_code == 401
+
+
+async def test_audit_and_decisions_lists_filter_and_page_as_the_console_does(
+    client: AsyncTestClient[Litestar], plane: ControlPlane
+) -> None:
+    for i in range(3):
+        await plane.audit.record("ops", "deployment.note", "deployment", f"d{i}", {})
+        await plane.alerts.decide(SMOLLM2, "shed_batch", "on", f"burn {i}", {"n": i})
+    first = await client.get(
+        "/api/admin/audit", params={"action": "deployment.note", "limit": 2}, headers=EVE
+    )
+    assert [e["entity_name"] for e in first.json()] == ["d2", "d1"]
+    link = first.headers["link"]
+    assert link.endswith('>; rel="next"') and "action=deployment.note" in link
+    rest = await client.get(link[1 : link.index(">")], headers=EVE)
+    assert [e["entity_name"] for e in rest.json()] == ["d0"] and "link" not in rest.headers
+    since = await client.get("/api/admin/audit", params={"since": "2999-01-01"}, headers=EVE)
+    assert since.status_code == 200 and since.json() == []
+
+    decisions = await client.get(
+        "/api/admin/decisions", params={"kind": "shed_batch", "limit": 1}, headers=EVE
+    )
+    assert [d["reason"] for d in decisions.json()] == ["burn 2"]
+    assert 'rel="next"' in decisions.headers["link"]
+
+    for path, params, param, message in [
+        ("/api/admin/audit", {"min_duration_ms": 5}, "min_duration_ms", "this list takes action"),
+        ("/api/admin/audit", {"entity_type": "robot"}, "entity_type", "one of deployment, key"),
+        ("/api/admin/audit", {"until": "noon"}, "until", "ISO 8601"),
+        ("/api/admin/decisions", {"kind": "panic"}, "kind", "one of shed_batch, fallback"),
+        ("/api/admin/decisions", {"actor": "ops"}, "actor", "deployment, kind, limit"),
+    ]:
+        answer = await client.get(path, params=params, headers=EVE)
+        assert answer.status_code == 400, (params, answer.text)
+        error = error_of(answer)
+        assert error["param"] == param and message in error["message"], error

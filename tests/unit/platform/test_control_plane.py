@@ -440,9 +440,12 @@ async def test_canary_promote_and_rollback(plane: ControlPlane) -> None:
 
 
 async def test_promote_rollback_and_weights_need_a_canary(plane: ControlPlane) -> None:
-    for action in (plane.deployments.promote, plane.deployments.rollback):
+    for action in (plane.deployments.promote, plane.deployments.drop_canary):
         with pytest.raises(Conflict, match="has no canary"):
             await action(SMOLLM2, actor="a")
+    with pytest.raises(Conflict, match="no earlier stable version") as caught:
+        await plane.deployments.rollback(SMOLLM2, actor="a")  # never promoted
+    assert caught.value.code == "nothing_to_roll_back"
     with pytest.raises(Conflict, match="has no canary"):
         await plane.deployments.set_weight(SMOLLM2, 20, actor="a")
 
@@ -786,6 +789,89 @@ async def test_apply_config_refuses_to_redefine_a_registered_version(
     assert [s.name for s in await plane.serving_view()] == [MINILM, SMOLLM2]
 
 
+async def rolling_back_walks_back_the_promotions(plane: ControlPlane) -> None:
+    """After a promote, roll back puts back the stable version it replaced (once that is
+    ready), audited and kept in the history; a second one has nothing left to undo."""
+    await register_warm(plane)
+    await plane.deployments.set_canary(SMOLLM2, WARM, 10, actor="alice")
+    promoted = await plane.deployments.promote(SMOLLM2, actor="alice")
+    assert (promoted.spec.stable.key, promoted.revision) == (f"{SMOLLM2}@warm", 3)
+    [entry] = await plane.deployments.stable_history(SMOLLM2)
+    assert (entry.version.key, entry.revision, entry.action, entry.actor) == (
+        BUNDLED.key, 2, "deployment.promote", "alice"
+    )  # fmt: skip
+    plan = await plane.deployments.rollback_plan(SMOLLM2)
+    assert plan.leaving.key == f"{SMOLLM2}@warm" and plan.restores is not None
+    assert (plan.restores.version.key, plan.revision) == (BUNDLED.key, 3)
+
+    with pytest.raises(Conflict, match="not ready on any worker"):
+        await plane.deployments.rollback(SMOLLM2, actor="bob")  # nothing written
+    assert (await plane.deployments.stable_history(SMOLLM2))[0].restored_at is None
+    await report_loaded(plane, SMOLLM2, STABLE.version)
+    with pytest.raises(Conflict, match="is at revision 3, not 2"):
+        await plane.deployments.rollback(SMOLLM2, revision=2, actor="bob")
+    rolled = await plane.deployments.rollback(SMOLLM2, revision=3, actor="bob")
+    assert (rolled.spec.stable.key, rolled.spec.canary, rolled.revision) == (BUNDLED.key, None, 4)
+    audit = (await plane.audit.list("deployment", SMOLLM2))[0]
+    assert (audit.actor, audit.action) == ("bob", "deployment.rollback")
+    assert audit.before is not None and audit.after is not None
+    assert (audit.before["stable"], audit.after["stable"]) == (f"{SMOLLM2}@warm", str(STABLE))
+    newest, restored = await plane.deployments.stable_history(SMOLLM2)
+    assert (newest.version.version, newest.action, newest.revision) == (
+        "warm", "deployment.rollback", 3
+    )  # fmt: skip
+    assert restored.version.key == BUNDLED.key and restored.restored_at is not None
+
+    with pytest.raises(Conflict) as caught:
+        await plane.deployments.rollback(SMOLLM2, actor="bob")
+    assert caught.value.code == "nothing_to_roll_back"  # a roll back is not undone by one
+
+    # Promoted again; the version it replaced is retired meanwhile: nothing to serve.
+    await plane.deployments.set_canary(SMOLLM2, WARM, 10, actor="alice")
+    await plane.deployments.promote(SMOLLM2, actor="alice")
+    await plane.versions.retire_version(SMOLLM2, STABLE.version, actor="alice")
+    with pytest.raises(Conflict, match="is retired and can no longer be served") as caught:
+        await plane.deployments.rollback(SMOLLM2, actor="bob")
+    assert caught.value.code == "version_not_servable"
+    assert (await plane.deployments.get(SMOLLM2)).spec.stable.version == "warm"
+
+
+async def test_rolling_back_after_a_promote_restores_the_previous_stable(
+    plane: ControlPlane,
+) -> None:
+    await rolling_back_walks_back_the_promotions(plane)
+
+
+async def test_a_canary_is_dropped_by_roll_back_and_stable_left_alone(
+    plane: ControlPlane,
+) -> None:
+    """With a canary, roll back (and the SLO loop's drop_canary) only drops it, even
+    when an earlier promotion could be undone."""
+    await register_warm(plane)
+    await plane.deployments.set_canary(SMOLLM2, WARM, 10, actor="alice")
+    await plane.deployments.promote(SMOLLM2, actor="alice")
+    await report_loaded(plane, SMOLLM2, STABLE.version)
+    for drop in (plane.deployments.rollback, plane.deployments.drop_canary):
+        await plane.deployments.set_canary(SMOLLM2, STABLE, 5, actor="alice")
+        plan = await plane.deployments.rollback_plan(SMOLLM2)
+        assert (plan.leaving.key, plan.restores) == (BUNDLED.key, None)
+        dropped = await drop(SMOLLM2, actor="system")
+        assert (dropped.spec.stable.version, dropped.spec.canary) == ("warm", None)
+    assert len(await plane.deployments.stable_history(SMOLLM2)) == 1  # the promotion's
+
+
+async def test_an_edit_of_stable_is_kept_in_the_history(plane: ControlPlane) -> None:
+    await register_warm(plane)
+    record = await plane.deployments.get(SMOLLM2)
+    await plane.deployments.update(
+        SMOLLM2, replace(record.draft, stable=WARM), revision=1, actor="carol"
+    )
+    [entry] = await plane.deployments.stable_history(SMOLLM2)
+    assert (entry.version.key, entry.action, entry.actor) == (
+        BUNDLED.key, "deployment.update", "carol"
+    )  # fmt: skip
+
+
 # ---- the same rules on PostgreSQL
 
 
@@ -829,6 +915,13 @@ async def test_the_control_plane_runs_on_postgresql(
         spec = next(s for s in await plane.serving_view() if s.name == SMOLLM2)
         assert spec.stable.params == (("temperature", 0.7),)
 
+        await report_loaded(plane, SMOLLM2, STABLE.version)
+        rolled = await plane.deployments.rollback(SMOLLM2, revision=4, actor="alice")
+        assert (rolled.spec.stable.key, rolled.revision) == (BUNDLED.key, 5)
+        [back, promoted_from] = await plane.deployments.stable_history(SMOLLM2)
+        assert (back.version.version, promoted_from.version.key) == ("warm", BUNDLED.key)
+        assert promoted_from.restored_at is not None and back.restored_at is None
+
         await plane.users.create("root", "correct horse", Role.ADMIN, actor="cli")
         assert await plane.users.authenticate("root", "correct horse") is not None
         with pytest.raises(Conflict, match="last active admin"):
@@ -841,9 +934,9 @@ async def test_the_control_plane_runs_on_postgresql(
             "key.create",
             "webhook.create",
             "user.create",
+            "deployment.rollback",
             "deployment.promote",
             "deployment.canary_weight",
-            "deployment.canary",
         ]
     finally:
         await engine.dispose()
@@ -919,3 +1012,14 @@ async def test_the_stable_version_before_the_current_one_comes_from_the_history(
     assert previous is not None and previous.key == BUNDLED.key
     await plane.deployments.set_slo(SMOLLM2, SLOTargets(ttft_p99_s=3.0), actor="alice")
     assert (await plane.deployments.previous_stable(SMOLLM2)).key == BUNDLED.key  # type: ignore[union-attr]
+
+
+@pytest.mark.postgres
+async def test_rolling_back_after_a_promote_on_postgresql(postgres_at_head: str) -> None:
+    engine = create_engine(postgres_at_head)
+    plane = ControlPlane(session_factory(engine), password_hasher=FAST_HASHER)
+    try:
+        await plane.seed_bundled([SMOLLM2, MINILM])
+        await rolling_back_walks_back_the_promotions(plane)
+    finally:
+        await engine.dispose()

@@ -37,6 +37,7 @@ TABLES = {
     "webhook_outbox",
     "webhook_attempts",
     "console_sessions",
+    "deployment_stable_history",
 }
 
 

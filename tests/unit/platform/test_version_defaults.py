@@ -5,13 +5,17 @@ own values win, and a default cap never pushes a request past the context window
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import httpx
 import pytest
 from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
 
 from vigil.engine.bundled import SMOLLM2, SMOLLM2_DEFAULTS
-from vigil.platform.control.specs import bundled_version
+from vigil.engine.request import RequestId
+from vigil.platform.control.specs import bundled_version, version_params
+from vigil.platform.gateway.params import GenerationParams, TextPrompt
+from vigil.platform.gateway.prompt import sampling
 from vigil.platform.wire.worker import SlotLimits
 
 KEY = bundled_version(SMOLLM2).key
@@ -62,3 +66,12 @@ async def test_a_default_cap_is_clamped_to_the_context_not_refused(
             assert r.status_code == 200, r.text
         [request] = engine(gateway).arrived
     assert request.params.max_tokens == 100 - len(request.prompt_ids)
+
+
+def test_a_versions_stop_strings_end_a_request_that_sets_none() -> None:
+    version = replace(bundled_version(SMOLLM2), params=version_params({"stop": ["###", "\n\n"]}))
+    silent = GenerationParams(RequestId("r1"), SMOLLM2, TextPrompt("hi"), "prompt")
+    assert sampling(silent, version, 16).stop == ("###", "\n\n")
+    own = replace(silent, stop=("END",))
+    assert sampling(own, version, 16).stop == ("END",)
+    assert hash(version)  # a list param is kept as a tuple: the record stays hashable

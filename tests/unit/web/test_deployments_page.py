@@ -10,8 +10,11 @@ from consoles import Console
 from fakes import report_loaded
 
 from vigil.engine.bundled import SMOLLM2
+from vigil.platform.control.specs import bundled_version
 
 DEPLOYMENT = SMOLLM2  # seeded: the bundled model under its own name
+BUNDLED_VERSION = bundled_version(SMOLLM2).version
+BUNDLED_KEY = f"{SMOLLM2}@{BUNDLED_VERSION}"
 BASE = f"/console/deployments/{DEPLOYMENT}"
 
 
@@ -45,6 +48,8 @@ async def test_a_viewer_sees_no_write_controls_and_a_forged_write_is_403(console
         assert "'operator' role" in html.unescape(forged.text)
     review = await console.get(f"{BASE}/canary/review", version="v2", weight="10", revision="1")
     assert review.status_code == 403
+    for action in ("promote", "rollback"):
+        assert (await console.get(f"{BASE}/{action}/review")).status_code == 403
     assert (await console.services.plane.deployments.get(DEPLOYMENT)).spec.canary is None
 
 
@@ -73,20 +78,55 @@ async def test_an_operator_reviews_then_confirms_a_canary_weight(console: Consol
     assert entry.actor == "otto"
 
 
+def review_cells(text: str) -> tuple[str, str]:
+    """The from and to versions a review names."""
+    found = re.search(
+        r'class="review-from">([^<]+)</td>.*class="review-to">([^<]+)</td>', text, re.S
+    )
+    assert found, text
+    return found.group(1), found.group(2)
+
+
 async def test_promote_and_roll_back(console: Console) -> None:
     await ready_version(console)
     await ready_version(console, "v3")
     await console.sign_in("otto")
     plane = console.services.plane
     await console.post(f"{BASE}/canary", {"version": "v2", "weight": "50", "revision": "1"})
+    review = await console.get(f"{BASE}/promote/review")
+    assert review.status_code == 200 and "confirm-promote" in review.text
+    assert review_cells(review.text) == (BUNDLED_KEY, f"{SMOLLM2}@v2")
+    assert "2 → 3" in html.unescape(review.text) and "review-slis" in review.text
+    assert "hx-confirm" not in review.text
+    assert (await plane.deployments.get(DEPLOYMENT)).spec.stable.version != "v2"  # reviewed only
     promoted = await console.post(f"{BASE}/promote", {"revision": "2"})
-    assert promoted.status_code == 200
+    assert promoted.status_code == 200 and "hx-confirm" not in promoted.text
     assert (await plane.deployments.get(DEPLOYMENT)).spec.stable.version == "v2"
     await console.post(f"{BASE}/canary", {"version": "v3", "weight": "5", "revision": "3"})
+    review = await console.get(f"{BASE}/rollback/review")
+    assert review_cells(review.text) == (f"{SMOLLM2}@v3", f"{SMOLLM2}@v2")
+    assert "the canary is dropped" in review.text
     rolled = await console.post(f"{BASE}/rollback", {"revision": "4"})
     assert rolled.status_code == 200 and "the canary is dropped" in rolled.text
     spec = (await plane.deployments.get(DEPLOYMENT)).spec
     assert spec.canary is None and spec.stable.version == "v2"
+
+    # Without a canary, roll back undoes the promotion: the bundled version is back.
+    await report_loaded(plane, SMOLLM2, BUNDLED_VERSION)
+    review = await console.get(f"{BASE}/rollback/review")
+    assert review_cells(review.text) == (f"{SMOLLM2}@v2", BUNDLED_KEY)
+    assert "restores the stable version of revision 2, replaced by otto" in review.text
+    rolled = await console.post(f"{BASE}/rollback", {"revision": "5"})
+    assert rolled.status_code == 200 and "previous stable version serves again" in rolled.text
+    assert (await plane.deployments.get(DEPLOYMENT)).spec.stable.key == BUNDLED_KEY
+    (entry,) = await plane.audit.list("deployment", DEPLOYMENT, limit=1)
+    assert (entry.actor, entry.action) == ("otto", "deployment.rollback")
+
+    nothing = await console.get(f"{BASE}/rollback/review")
+    assert nothing.status_code == 200 and "confirm-rollback" not in nothing.text
+    assert "no earlier stable version" in nothing.text
+    refused = await console.post(f"{BASE}/rollback", {"revision": "6"})
+    assert refused.status_code == 409 and "no earlier stable version" in refused.text
 
 
 async def test_a_stale_revision_is_a_409_that_says_what_changed(console: Console) -> None:

@@ -188,7 +188,7 @@ async def test_decisions_are_listed_with_their_numbers_and_filtered(console: Con
     only = await console.client.get(
         "/console/decisions", params={"kind": "fallback"}, headers={"hx-request": "true"}
     )
-    assert only.text.lstrip().startswith('<table id="decision-rows">')
+    assert only.text.lstrip().startswith('<div id="decision-rows"')
     assert "still burning" in only.text and "page burn" not in only.text
 
 
