@@ -60,8 +60,8 @@ def _span_out(span: dict[str, Any]) -> SpanOut:
 def _ring(traces: TraceRing | None) -> TraceRing:
     if traces is None:
         raise NotFound(
-            "Tracing is off: start vigil serve with --trace-buffer N (traces kept here) or "
-            "--otlp-endpoint URL.",
+            "Tracing is off: this server was started with --trace-buffer 0; start it with "
+            "--trace-buffer N (the default, 256, keeps traces here).",
             code="tracing_off",
         )
     return traces

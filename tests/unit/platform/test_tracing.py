@@ -181,10 +181,23 @@ async def test_a_shed_request_is_kept_when_the_sampler_would_drop_it(
     assert admission["attributes"]["vigil.admission.verdict"] == "shed"
 
 
-async def test_tracing_off_leaves_no_header_and_says_so(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+async def test_tracing_is_on_by_default_in_the_ring(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
     async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+        await operator(gateway)
+        async with client_of(gateway) as client:
+            r = await client.post("/v1/chat/completions", json=CHAT)
+            assert r.status_code == 200, r.text
+            spans = await trace_of(client, r.headers[TRACE_HEADER])
+    assert {s["name"] for s in spans} >= {"admission", "queue", "prefill", "decode"}
+
+
+async def test_tracing_turned_off_leaves_no_header_and_says_so(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
+    off = {"tracing": TraceSettings(buffer=0)}
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **off) as gateway:
         await operator(gateway)
         async with client_of(gateway) as client:
             r = await client.post("/v1/chat/completions", json=CHAT)
