@@ -286,3 +286,33 @@ async def test_a_constrained_requests_grammar_compile_is_a_span_before_its_admis
         ("json_object", True),
         ("grammar", False),
     ]
+
+
+async def test_the_traces_list_filters_and_refuses_an_unknown_filter(gateway: Gateway) -> None:
+    async with client_of(gateway) as client:
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200
+        bad = await client.post("/v1/chat/completions", json={"model": SMOLLM2})
+        assert bad.status_code == 400
+
+        async def listed(**params: str) -> list[dict[str, Any]]:
+            got = await client.get("/api/admin/traces", params=params, auth=OPS)
+            assert got.status_code == 200, got.text
+            rows: list[dict[str, Any]] = got.json()
+            return rows
+
+        [by_id] = await listed(request_id=r.headers["x-request-id"])
+        assert by_id["trace_id"] == r.headers[TRACE_HEADER] and by_id["outcome"] == "length"
+        assert by_id["deployment"] == SMOLLM2 and by_id["version"] == STABLE
+        [rejected] = await listed(outcome="rejected")
+        assert rejected["trace_id"] == bad.headers[TRACE_HEADER]
+        assert (await listed(request_id=bad.headers["x-request-id"])) == [rejected]
+        assert await listed(version="nobody@1") == []
+        assert await listed(min_duration_ms="600000") == []
+        assert len(await listed(since="2000-01-01T00:00:00Z", limit="5")) == 2
+        unknown = await client.get("/api/admin/traces?min_duration=5", auth=OPS)
+        assert unknown.status_code == 400
+        error = unknown.json()["error"]
+        assert error["param"] == "min_duration" and "min_duration_ms" in error["message"]
+        bad_outcome = await client.get("/api/admin/traces?outcome=ok", auth=OPS)
+        assert bad_outcome.status_code == 400 and "stop, length" in bad_outcome.text
