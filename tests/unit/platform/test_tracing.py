@@ -17,6 +17,7 @@ import pytest
 from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
 
 from vigil.engine.bundled import SMOLLM2
+from vigil.engine.request import StepTimes
 from vigil.platform.control.access.records import Role
 from vigil.platform.control.specs import SLOTargets, bundled_version
 from vigil.platform.settings import TraceSettings
@@ -64,7 +65,9 @@ async def test_a_request_is_one_trace_under_a_trusted_callers_parent(
     tmp_path, smollm2_tokenizer
 ) -> None:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
-    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
+    steps = StepTimes(0.002, 0.003, 0.004, 0.005)
+    engine = ScriptedEngine(auto_release=True, token_gap_s=0.01, step_times=steps)
+    workers.add("w1", {STABLE: engine})
     trusted = traced(1.0, parent_from=("127.0.0.0/8",))
     async with running_gateway(tmp_path, workers, smollm2_tokenizer, **trusted) as gateway:
         await operator(gateway)
@@ -100,6 +103,10 @@ async def one_trace_under_the_callers_parent(gateway: Gateway) -> None:
         phases[0]["end_ns"] == phases[1]["start_ns"]
         and phases[1]["end_ns"] == phases[2]["start_ns"]
     )
+    # The engine's step time, split into the request's own tokens and the batch's.
+    prefill, decode = phases[1]["attributes"], phases[2]["attributes"]
+    assert (prefill["vigil.steps.own_s"], prefill["vigil.steps.shared_s"]) == (0.002, 0.003)
+    assert (decode["vigil.steps.own_s"], decode["vigil.steps.shared_s"]) == (0.004, 0.005)
     phases_ms = sum(p["duration_ms"] for p in phases)
     assert abs(phases_ms - hop["duration_ms"]) < 5.0 and hop["duration_ms"] <= server["duration_ms"]
     # The worker was sent the hop span as its parent.
