@@ -212,3 +212,10 @@ def select(
 
 def search(ring: TraceRing, query: TraceQuery) -> list[TraceSummary]:
     return select(ring.recent(ring.capacity), query)
+
+
+def slowest(ring: TraceRing, deployment: str, since: datetime, n: int) -> list[TraceSummary]:
+    """The deployment's `n` longest kept traces since `since`: the overview's exemplars,
+    each a link to its waterfall."""
+    query = TraceQuery(deployment=deployment, since=since, limit=ring.capacity)
+    return sorted(search(ring, query), key=lambda s: -s.duration_ms)[:n]
