@@ -189,6 +189,8 @@ class LLMEngine:
             for item in plan.scheduled
             if item.num_new_tokens > 1
         )
+        # Which sequences are still before their first token (read before the update).
+        in_prefill = [not item.seq.output_ids for item in plan.scheduled]
         for item in plan.scheduled:
             if item.seq.request.clock.scheduled_ts is None:
                 item.seq.request.clock.scheduled_ts = now
@@ -202,6 +204,9 @@ class LLMEngine:
             self.scheduler.release_copies(plan)
         self.scheduler.update(plan, result.sampled)
         t2 = time.perf_counter()
+        num_step_tokens = plan.num_tokens
+        for item, prefill in zip(plan.scheduled, in_prefill, strict=True):
+            item.seq.step_times.charge(t2 - t0, item.num_new_tokens, num_step_tokens, prefill)
         events = expired + self._process_outputs(result)
         t3 = time.perf_counter()
         self._num_steps += 1
@@ -284,6 +289,7 @@ class LLMEngine:
                     seq.num_cached_prompt_tokens,
                     seq.num_prefill_chunks,
                     out.index,
+                    seq.step_times,
                 ),
             )
         ]

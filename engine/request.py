@@ -170,6 +170,34 @@ class TokenEvent:
     prompt_logprobs: tuple[SampledLogprobs, ...] = ()
 
 
+@dataclass(slots=True)
+class StepTimes:
+    """A sequence's part of the engine steps it ran in, before its first token (prefill)
+    and after (decode). A step computes every scheduled sequence's tokens at once, so its
+    time is split by tokens: `own` is the share of the sequence's own tokens, `shared` the
+    rest of the batch's, time it waited behind other sequences in that step. (Attention
+    over a long context costs more per token than a decode's; the split by tokens is the
+    measure the scheduler's budget uses too.) A phase longer than own + shared spent the
+    difference between steps, or in steps that did not schedule it."""
+
+    prefill_own_s: float = 0.0
+    prefill_shared_s: float = 0.0
+    decode_own_s: float = 0.0
+    decode_shared_s: float = 0.0
+
+    def charge(
+        self, step_s: float, num_own_tokens: int, num_step_tokens: int, prefill: bool
+    ) -> None:
+        assert 0 < num_own_tokens <= num_step_tokens, f"{num_own_tokens} of {num_step_tokens}"
+        own_s = step_s * num_own_tokens / num_step_tokens
+        if prefill:
+            self.prefill_own_s += own_s
+            self.prefill_shared_s += step_s - own_s
+        else:
+            self.decode_own_s += own_s
+            self.decode_shared_s += step_s - own_s
+
+
 @dataclass(frozen=True, slots=True)
 class FinishEvent:
     reason: FinishReason
@@ -181,6 +209,7 @@ class FinishEvent:
     num_cached_prompt_tokens: int = 0  # found in the prefix cache
     num_prefill_chunks: int = 0  # steps the prompt was prefilled in
     index: int = 0  # the choice it ends: a request of n choices ends with n of these
+    step_times: StepTimes | None = None  # None: not measured (it never ran, or a fake)
 
 
 EngineEvent = TokenEvent | FinishEvent

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from vigil.engine.kv_cache import BlockHash, BlockId
-from vigil.engine.request import GenerationRequest, Priority, RequestId
+from vigil.engine.request import GenerationRequest, Priority, RequestId, StepTimes
 
 
 class SeqStatus(Enum):
@@ -33,6 +33,8 @@ class Sequence:
     # steps its prompt was prefilled in (more than one when chunked or preempted).
     num_cached_prompt_tokens: int = 0
     num_prefill_chunks: int = 0
+    # Its part of each step's time, and the rest of the batch's (request.py StepTimes).
+    step_times: StepTimes = field(default_factory=StepTimes)
     # A later choice of a request: its choice 0, whose last prompt block (not full, so
     # not in the prefix cache) it may copy on its first admission (scheduler.py).
     fork_of: Sequence | None = None

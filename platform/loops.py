@@ -1,6 +1,7 @@
 """The gateway's background loops, started with the application and stopped with it:
 
-live sampler      once a second, a point of the live numbers (telemetry/sampling.py);
+live sampler      once a second, a point of the live numbers (telemetry/sampling.py),
+                  the charts' history saved every SERIES_SAVE_EVERY points and at stop;
                   every VIEW_RELOAD_EVERY points, the serving view read again (another
                   gateway on the database may have changed it) and the replicas gone
                   silent marked down (a worker.down decision and webhook, unless it
@@ -31,12 +32,14 @@ from vigil.platform.gateway.serving_sync import ServingSync
 from vigil.platform.gateway.workers import HEARTBEAT_TIMEOUT_S
 from vigil.platform.slo.loop import SLOLoop
 from vigil.platform.telemetry.sampling import LiveSampler
+from vigil.platform.telemetry.series_file import SAVE_EVERY_S, SeriesFile
 
 log = logging.getLogger(__name__)
 
 LIVE_SAMPLE_INTERVAL_S = 1.0
 VIEW_RELOAD_EVERY = 5  # samples
 SESSION_PURGE_EVERY = 300  # samples: expired console sessions deleted every 5 minutes
+SERIES_SAVE_EVERY = SAVE_EVERY_S  # samples: the charts' history written to its file
 SLO_INTERVAL_S = 1.0
 # A live worker's row is written only every REPLICA_WRITE_S: older than that plus the
 # heartbeat timeout is silence, not the gap between writes.
@@ -53,6 +56,7 @@ class BackgroundLoops:
         slo_loop: SLOLoop,
         delivery: WebhookDelivery,
         changes: ChangeFeed,
+        series_file: SeriesFile | None = None,
     ) -> None:
         self.sampler = sampler
         self.serving = serving
@@ -61,12 +65,17 @@ class BackgroundLoops:
         self.slo_loop = slo_loop
         self.delivery = delivery
         self.changes = changes
+        self.series_file = series_file
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """After the serving view's first read: writes announced and heard, and every
         loop running."""
         assert not self._tasks, "the background loops are already running"
+        if self.series_file is not None:
+            restored = await asyncio.to_thread(self.series_file.load)
+            if restored:
+                log.info("console charts: %d points restored from before the restart", restored)
         self.plane.add_listener(self.changes.announce)  # other gateways first
         self.plane.add_listener(self.serving.on_control_change)
         if self.ownership.is_owner:  # SQLite: always; PostgreSQL: once the lock is taken
@@ -86,6 +95,8 @@ class BackgroundLoops:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self.series_file is not None:
+            await asyncio.to_thread(self.series_file.save)
         await self.delivery.client.aclose()
 
     async def on_loop_owner(self, owner: bool) -> None:
@@ -110,6 +121,8 @@ class BackgroundLoops:
                         await worker_lost(self.plane, replica)
                 except Exception:  # serving goes on with the view it has
                     log.exception("could not reload the serving view")
+            if self.series_file is not None and n % SERIES_SAVE_EVERY == 0:
+                await asyncio.to_thread(self.series_file.save)
             if n % SESSION_PURGE_EVERY == 0:
                 try:
                     await self.plane.sessions.purge_expired()

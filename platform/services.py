@@ -52,6 +52,8 @@ from vigil.platform.telemetry.metrics import (
 )
 from vigil.platform.telemetry.recorder import RequestRecorder
 from vigil.platform.telemetry.sampling import LiveSampler
+from vigil.platform.telemetry.series_file import FILE_NAME as SERIES_FILE
+from vigil.platform.telemetry.series_file import SeriesFile
 from vigil.platform.telemetry.tracing import Tracing, build_tracing
 
 
@@ -177,7 +179,16 @@ def build_services(
         live,
         series,
     )
-    loops = BackgroundLoops(sampler, serving, plane, ownership, slo_loop, delivery, ChangeFeed(db))
+    loops = BackgroundLoops(
+        sampler,
+        serving,
+        plane,
+        ownership,
+        slo_loop,
+        delivery,
+        ChangeFeed(db),
+        SeriesFile(settings.data_dir / SERIES_FILE, series),
+    )
     return Services(
         settings=settings,
         workers=workers,

@@ -48,6 +48,7 @@ from vigil.engine.request import (
     GenerationRequest,
     RequestClock,
     RequestId,
+    StepTimes,
     TokenEvent,
 )
 from vigil.engine.runner import kv_bytes_per_token
@@ -158,6 +159,7 @@ class ScriptedEngine:
     text: str = "ok "
     auto_release: bool = False
     token_gap_s: float = 0.0
+    step_times: StepTimes | None = None  # what its finish events report
     waiting: dict[RequestId, asyncio.Event] = field(default_factory=dict)
     arrived: list[GenerationRequest] = field(default_factory=list)
     aborted: list[RequestId] = field(default_factory=list)
@@ -200,7 +202,13 @@ class ScriptedEngine:
             num_prompt = len(request.prompt_ids)
             for c in choices:
                 yield FinishEvent(
-                    FinishReason.LENGTH, "", num_prompt, self.num_tokens, clock, index=c
+                    FinishReason.LENGTH,
+                    "",
+                    num_prompt,
+                    self.num_tokens,
+                    clock,
+                    index=c,
+                    step_times=self.step_times,
                 )
         finally:
             self.waiting.pop(rid, None)

@@ -1,7 +1,7 @@
 """What the console's pages are handed, each by name (router dependencies): who is
 looking (`viewer`, and `actor`, the name a write is audited under), the control plane,
-the SLO tracker, the gateway's workers as they last reported, the sign-in throttle and
-the overview's live numbers. `console_dependencies` provides them all,
+the SLO tracker, the gateway's workers as they last reported, the sign-in throttle,
+the overview's live numbers and the ring of kept traces. `console_dependencies` provides them all,
 in one place, each read from the gateway's parts when a request asks for it; a page
 names only what it uses."""
 
@@ -23,6 +23,7 @@ from vigil.platform.services import Services
 from vigil.platform.slo.tracker import SLOTracker
 from vigil.platform.telemetry.deployments import DeploymentSeries
 from vigil.platform.telemetry.live import LiveSeries
+from vigil.platform.telemetry.tracing import TraceRing
 from vigil.web.auth import provide_actor, provide_viewer
 
 
@@ -65,6 +66,7 @@ SLOs: TypeAlias = NamedDependency[SLOTracker]
 Workers: TypeAlias = NamedDependency[WorkerRegistry]
 SignIns: TypeAlias = NamedDependency[SignInThrottle]
 Numbers: TypeAlias = NamedDependency[LiveNumbers]
+Traces: TypeAlias = NamedDependency[TraceRing | None]  # None: tracing is off
 
 
 def console_dependencies(services: Services) -> dict[str, Provide]:
@@ -83,6 +85,9 @@ def console_dependencies(services: Services) -> dict[str, Provide]:
     def sign_ins() -> SignInThrottle:
         return services.sign_ins
 
+    def traces() -> TraceRing | None:
+        return services.tracing.ring if services.tracing is not None else None
+
     def numbers() -> LiveNumbers:
         return LiveNumbers(services.view, services.tokenizers, services.live, services.series)
 
@@ -94,5 +99,6 @@ def console_dependencies(services: Services) -> dict[str, Provide]:
         "workers": workers,
         "sign_ins": sign_ins,
         "numbers": numbers,
+        "traces": traces,
     }
     return {name: Provide(p, sync_to_thread=False) for name, p in providers.items()}

@@ -25,6 +25,7 @@ from vigil.web.pages.overview import ConsoleController
 from vigil.web.pages.records import AuditController, DecisionsController, WorkersController
 from vigil.web.pages.signin import SignInController
 from vigil.web.pages.slos import SLOsController
+from vigil.web.pages.traces import TracesController
 from vigil.web.pages.versions import VersionsController
 from vigil.web.sessions import STORE_NAME, DatabaseStore, session_config
 
@@ -55,6 +56,7 @@ def console_router(services: Services) -> Router:
             AuditController,
             KeysController,
             WorkersController,
+            TracesController,
         ],
         guards=[console_guard(services.plane, open_reading=settings.auth == "open")],
         # Outermost first: the session is loaded before the CSRF check, so that a refused

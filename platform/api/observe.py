@@ -16,6 +16,7 @@ from typing import cast
 
 from litestar.types import ASGIApp, HTTPScope, Message, Receive, ReceiveMessage, Scope, Send
 
+from vigil.platform.api.request_id import new_request_id
 from vigil.platform.telemetry.context import CURRENT, RequestContext
 from vigil.platform.telemetry.tracing import TRACE_HEADER, Tracing
 from vigil.platform.wire.errors import CLIENT_CLOSED_REQUEST, CLIENT_GONE, client_gone
@@ -59,6 +60,13 @@ def observe_requests(tracing: Tracing | None):  # type: ignore[no-untyped-def]
                         if key.lower() == b"x-request-id" and context.request_id is None:
                             context.request_id = value.decode("latin-1")
                     if context.trace is not None:
+                        # Every traced response's id, a refused one's too (given here when
+                        # the handler set none): the Traces page finds a trace by the
+                        # x-request-id a caller reports.
+                        if context.request_id is None:
+                            context.request_id = new_request_id()
+                            headers.append((b"x-request-id", context.request_id.encode()))
+                        context.trace.set(**{"vigil.request_id": context.request_id})
                         headers.append((TRACE_HEADER.encode(), context.trace_id.encode()))  # type: ignore[union-attr]
                         message = {**message, "headers": headers}
                 await send(message)

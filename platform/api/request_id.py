@@ -10,9 +10,13 @@ from litestar.datastructures import MutableScopeHeaders
 from litestar.types import Message, Scope
 
 
+def new_request_id() -> str:
+    return f"req-{uuid.uuid4().hex}"
+
+
 async def add_request_id(message: Message, scope: Scope) -> None:
     """A `before_send` hook: it sees every message the application sends."""
     if message["type"] == "http.response.start":
         headers = MutableScopeHeaders.from_message(message)
         if "x-request-id" not in headers:
-            headers["x-request-id"] = f"req-{uuid.uuid4().hex}"
+            headers["x-request-id"] = new_request_id()

@@ -32,6 +32,7 @@ from vigil.engine.request import (
     FinishEvent,
     FinishReason,
     GenerationRequest,
+    StepTimes,
     TokenEvent,
 )
 from vigil.platform.errors import InvalidRequest, ServiceUnavailable, VigilError
@@ -195,6 +196,7 @@ def _finish(event: FinishWire, request: GenerationRequest) -> FinishEvent:
         event.cached_prompt_tokens,
         event.prefill_chunks,
         event.index,
+        None if event.step_times_s is None else StepTimes(*event.step_times_s),
     )
 
 

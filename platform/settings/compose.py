@@ -14,10 +14,8 @@ from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from vigil.platform.settings.records import (
-    DEFAULT_TRACE_BUFFER,
     EngineSettings,
     ServeSettings,
-    TraceSettings,
     WorkerSettings,
     sqlite_url,
 )
@@ -94,7 +92,6 @@ def serve_settings(
         settings,
         auth=_auth_mode(settings.auth or None, settings.host),
         engine=_checked_engine(settings.engine),
-        tracing=_traced(settings.tracing, "tracing.buffer" in found),
     )
 
 
@@ -166,13 +163,6 @@ def _checked_engine(engine: EngineSettings) -> EngineSettings:
             f"max_num_seqs ({engine.max_num_seqs}): each running sequence needs a token"
         )
     return engine
-
-
-def _traced(tracing: TraceSettings, buffer_given: bool) -> TraceSettings:
-    """With an OTLP endpoint and no --trace-buffer, the last traces are kept too."""
-    if tracing.otlp_endpoint and not buffer_given:
-        return replace(tracing, buffer=DEFAULT_TRACE_BUFFER)
-    return tracing
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

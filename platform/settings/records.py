@@ -46,14 +46,20 @@ class EngineSettings:
     batch_aging_s: float = _ENGINE.batch_aging_s
 
 
+# Traces kept in memory unless --trace-buffer says otherwise: tracing on by default, its
+# memory bounded (a trace is a few kB), its cost measured by ops/bench/tracing_bench.py.
+DEFAULT_TRACE_BUFFER = 256
+
+
 @dataclass(frozen=True, slots=True)
 class TraceSettings:
-    """Tracing is on when spans have somewhere to go: an OTLP endpoint, or a ring of the
-    last traces in memory (`buffer`); off, it costs nothing."""
+    """Tracing is on when spans have somewhere to go: a ring of the last traces in memory
+    (`buffer`, on by default: bounded, and the console's Traces page reads it), or an OTLP
+    endpoint (opt-in); with neither it is off and costs nothing."""
 
     otlp_endpoint: str = ""  # OTLP/HTTP base URL, e.g. http://collector:4318
     sample_ratio: float = 1.0  # of the traces without a sampled parent
-    buffer: int = 0  # the last traces kept for /api/admin/traces
+    buffer: int = DEFAULT_TRACE_BUFFER  # last traces kept: /api/admin/traces, /console/traces
     # Peers whose `traceparent` is the request's parent; anyone else's is only a link.
     # CIDR networks, checked here (strings: the settings are plain data for Litestar too).
     parent_from: tuple[str, ...] = ()
@@ -61,9 +67,6 @@ class TraceSettings:
     @property
     def enabled(self) -> bool:
         return bool(self.otlp_endpoint) or self.buffer > 0
-
-
-DEFAULT_TRACE_BUFFER = 256  # with an OTLP endpoint and no --trace-buffer
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ from vigil.platform.settings import values as v
 from vigil.platform.settings.records import (
     DEFAULT_CPU_KV_BYTES,
     DEFAULT_CUDA_KV_FRACTION,
-    DEFAULT_TRACE_BUFFER,
     ServeSettings,
     WorkerSettings,
 )
@@ -507,11 +506,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "trace-buffer",
         "tracing.buffer",
-        "keep the last N traces in memory for /api/admin/traces (0: none)",
+        "keep the last N traces in memory for /api/admin/traces and the console's Traces "
+        "page (0: none; then tracing is off unless --otlp-endpoint is given)",
         SERVE,
         _TRACING,
         v.whole(0),
-        default_text=f"{DEFAULT_TRACE_BUFFER} with --otlp-endpoint, else 0: tracing off",
     ),
     Setting(
         "trace-parent-from",

@@ -40,6 +40,18 @@ class SLIStatus:
     burn_rates: dict[str, float | None]  # window by its real length ("1h", "5s") -> burn
     severity: Severity | None  # the alert the burn calls for
     rule: ScaledRule | None  # the rule that calls for it
+    exhausted_for_s: float | None = None  # how long the budget has been spent; None: not
+
+    @property
+    def budget_left(self) -> float:
+        """The share of the budget left, bounded to 0-1 for people: overspent is 0, and
+        `overspent` says by how much."""
+        return min(1.0, max(0.0, self.budget_remaining))
+
+    @property
+    def overspent(self) -> float | None:
+        """Errors over the window as a multiple of the budget, once it is spent."""
+        return 1.0 - self.budget_remaining if self.budget_remaining <= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +69,7 @@ class _Deployment:
         self.windows_s = [slo.window_s, *(s for r in self.rules for _, s in r.windows)]
         self.counts: dict[tuple[str, SLI], WindowSet] = {}
         self.events: dict[tuple[SLI, bool], int] = {}  # ever, for Prometheus's own windows
+        self.exhausted_since: dict[SLI, float] = {}  # clock ts the budget was seen spent
 
     def add(self, version: str, sli: SLI, good: bool, now_ts: float, shadow: bool = False) -> None:
         """Every version together over every window the rules read; each version alone
@@ -133,13 +146,22 @@ class SLOTracker:
         verdict = evaluate(lambda window_s: counts.counts(now, window_s), goal, d.rules)
         rates = {name: verdict.rates[seconds] for rule in d.rules for name, seconds in rule.windows}
         good, total = counts.counts(now, d.slo.window_s)
+        remaining = budget_remaining(good, total, goal)
+        # When the budget was first seen spent, for "exhausted since": read once a second
+        # by the SLO loop, so the moment is known to that second on the loop's gateway.
+        if remaining <= 0:
+            d.exhausted_since.setdefault(sli, now)
+        else:
+            d.exhausted_since.pop(sli, None)
+        since = d.exhausted_since.get(sli)
         return SLIStatus(
             sli,
             goal,
             good,
             total,
-            budget_remaining(good, total, goal),
+            remaining,
             rates,
             verdict.severity,
             verdict.rule,
+            None if since is None else now - since,
         )

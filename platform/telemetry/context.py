@@ -67,6 +67,7 @@ class RequestContext:
             self.trace.ended(
                 cached_prompt_tokens=finish.num_cached_prompt_tokens if finish else None,
                 prefill_chunks=finish.num_prefill_chunks if finish else None,
+                step_times=finish.step_times if finish else None,
                 scheduled_ts=clock.scheduled_ts,
                 first_token_ts=clock.first_token_ts,
                 finished_ts=clock.finished_ts or time.monotonic(),

@@ -49,10 +49,18 @@ class RequestRecord:
         return shadow_label(self.deployment) if self.shadow else self.deployment
 
 
+SHADOW_SUFFIX = ":shadow"
+
+
 def shadow_label(deployment: str) -> str:
     """The `deployment` label of a deployment's shadow traffic, so no sum over the
     deployment's own series counts requests no client saw."""
-    return f"{deployment}:shadow"
+    return f"{deployment}{SHADOW_SUFFIX}"
+
+
+def unshadowed(label: str) -> str:
+    """The deployment a shadow_label names."""
+    return label.removesuffix(SHADOW_SUFFIX)
 
 
 class RecordSink(Protocol):
@@ -97,6 +105,7 @@ class RequestRecorder:
         if decision == "shed":
             m.requests.labels(deployment, version, Outcome.SHED.value).inc()
             self.series.add_end(deployment, Outcome.SHED.value)
+            self.series.add_shed(deployment, reason)
         elif decision == "fallback":
             self.series.add_fallback(deployment)
         if self.sink is not None:
@@ -122,15 +131,17 @@ class RequestRecorder:
         the metrics label (shadow_label's for a shadow, which the live series skip)."""
         m = self.metrics
         m.generation_tokens.labels(deployment, version).inc(num_tokens)
+        # The console's series count a shadow's under its version only.
+        name = unshadowed(deployment) if shadow else deployment
         if not shadow:
             self.live.add_tokens(num_tokens)
-            self.series.add_tokens(deployment, num_tokens)
+        self.series.add_tokens(name, num_tokens, version, shadow)
         if clock.last_token_ts is None:
             ttft_s = token_ts - clock.arrival_ts
             m.ttft.labels(deployment, version).observe(ttft_s, exemplar)
             if not shadow:
                 self.live.add_ttft(ttft_s, token_ts)
-                self.series.add_ttft(deployment, ttft_s, token_ts)
+            self.series.add_ttft(name, ttft_s, token_ts, version, shadow)
         else:
             m.itl.labels(deployment, version).observe(token_ts - clock.last_token_ts)
 
@@ -140,7 +151,7 @@ class RequestRecorder:
         m.requests.labels(*d, record.outcome.value).inc()
         if not record.shadow:
             self.live.add_request()
-            self.series.add_end(record.deployment, record.outcome.value, record.version)
+        self.series.add_end(record.deployment, record.outcome.value, record.version, record.shadow)
         if self.sink is not None:
             self.sink.record(record)
         if record.outcome is Outcome.ABORT:

@@ -30,7 +30,16 @@ def live_gauges(snaps: Sequence[EngineSnapshot]) -> Gauges:
 def deployment_gauges(spec: DeploymentSpec, snaps: Sequence[EngineSnapshot]) -> EngineGauges:
     """The engines of the deployment's versions on every worker, long-prompt pools
     included, read together."""
-    keys = {v.key for v in spec.versions}
+    return version_gauges({v.key for v in spec.versions}, snaps)
+
+
+def roles(spec: DeploymentSpec) -> dict[str, str]:
+    """The role each of the deployment's versions plays (deployments.py ROLES)."""
+    found = {"stable": spec.stable, "canary": spec.canary, "shadow": spec.shadow}
+    return {role: v.key for role, v in found.items() if v is not None}
+
+
+def version_gauges(keys: set[str], snaps: Sequence[EngineSnapshot]) -> EngineGauges:
     mine = [s.stats for s in snaps if s.version in keys]
     return EngineGauges(
         num_waiting_interactive=sum(s.num_waiting_interactive for s in mine),
@@ -70,5 +79,7 @@ class LiveSampler:
                 canary,
                 actions.shed_batch,
                 actions.fallback,
+                roles=roles(spec),
+                version_gauges={v.key: version_gauges({v.key}, snaps) for v in spec.versions},
             )
         self.series.forget({spec.name for spec in specs})

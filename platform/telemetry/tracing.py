@@ -10,7 +10,9 @@ dependency. One API request is one trace:
                                     it was decided on: two after a fallback)
       worker <replica>              the hop to the worker; its traceparent goes along, so
         vigil.worker generate         the worker's own span joins the trace (worker side)
-        queue | prefill | decode    from the request's timestamps
+        queue | prefill | decode    from the request's timestamps; prefill and decode
+                                    carry their engine step time split into the request's
+                                    own tokens and the rest of the batch's
 
 An incoming W3C `traceparent` is the trace's parent only from a peer the operator trusts
 (`--trace-parent-from`: the proxy or mesh that starts traces); from anyone else it is a
@@ -52,6 +54,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from vigil.engine.request import StepTimes
 from vigil.platform.settings import TraceSettings
 from vigil.platform.telemetry.metrics import Metrics
 
@@ -267,6 +270,16 @@ def traceparent(span: Span) -> dict[str, str]:
     return carrier
 
 
+STEPS_OWN = "vigil.steps.own_s"  # the phase's share of engine steps for its own tokens
+STEPS_SHARED = "vigil.steps.shared_s"  # the rest of those steps: other sequences' tokens
+
+
+def steps(own_s: float, shared_s: float) -> dict[str, float]:
+    """A phase's engine step time, split (engine/request.py StepTimes): time spent
+    waiting behind other sequences in shared steps shows as such, not as the phase's."""
+    return {STEPS_OWN: round(own_s, 6), STEPS_SHARED: round(shared_s, 6)}
+
+
 @dataclass(slots=True)
 class _Hop:
     span: Span
@@ -354,6 +367,7 @@ class RequestTrace:
         *,
         cached_prompt_tokens: int | None,
         prefill_chunks: int | None,
+        step_times: StepTimes | None,
         scheduled_ts: float | None,
         first_token_ts: float | None,
         finished_ts: float,
@@ -372,12 +386,16 @@ class RequestTrace:
             prefill["vigil.cached_prompt_tokens"] = cached_prompt_tokens
         if prefill_chunks is not None:
             prefill["vigil.prefill_chunks"] = prefill_chunks
+        decode: dict[str, Any] = {}
+        if step_times is not None:
+            prefill.update(steps(step_times.prefill_own_s, step_times.prefill_shared_s))
+            decode.update(steps(step_times.decode_own_s, step_times.decode_shared_s))
         phases: list[tuple[str, float, float, dict[str, Any]]] = []
         if scheduled_ts is not None:
             phases.append(("queue", hop.arrival_ts, scheduled_ts, {}))
             if first_token_ts is not None:
                 phases.append(("prefill", scheduled_ts, first_token_ts, prefill))
-                phases.append(("decode", first_token_ts, finished_ts, {}))
+                phases.append(("decode", first_token_ts, finished_ts, decode))
         for name, a, b, attrs in phases:
             self._child(name, hop.span, a, b, **attrs, **keep)
         if failed:

@@ -275,6 +275,8 @@ class FinishWire(Struct, tag="finish"):
     cached_prompt_tokens: int = 0
     prefill_chunks: int = 0
     index: int = 0  # the choice
+    # engine/request.py StepTimes: prefill own, prefill shared, decode own, decode shared
+    step_times_s: tuple[float, float, float, float] | None = None
 
 
 EventWire = TokenWire | FinishWire

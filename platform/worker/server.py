@@ -120,6 +120,7 @@ async def _generate(
 
 
 def _finish_wire(event: FinishEvent) -> FinishWire:
+    t = event.step_times
     return FinishWire(
         event.reason.value,
         event.text,
@@ -130,6 +131,9 @@ def _finish_wire(event: FinishEvent) -> FinishWire:
         event.num_cached_prompt_tokens,
         event.num_prefill_chunks,
         event.index,
+        None
+        if t is None
+        else (t.prefill_own_s, t.prefill_shared_s, t.decode_own_s, t.decode_shared_s),
     )
 
 

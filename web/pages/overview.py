@@ -11,15 +11,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from litestar import Controller, Request, get
 from litestar.response import ServerSentEvent, ServerSentEventMessage, Template
 
-from vigil.web.deps import Numbers, Plane
+from vigil.platform.telemetry.trace_query import TraceSummary, slowest
+from vigil.platform.telemetry.tracing import TraceRing
+from vigil.web.deps import Numbers, Plane, Traces
 from vigil.web.render import render
 
 STREAM_INTERVAL_S = 1.0
+EXEMPLARS = 3  # per deployment: its slowest kept requests of the charts' 15 minutes
+CHART_WINDOW_S = 15 * 60
+
+
+def exemplars(ring: TraceRing | None, names: list[str]) -> dict[str, list[TraceSummary]]:
+    if ring is None:
+        return {}
+    since = datetime.now(UTC) - timedelta(seconds=CHART_WINDOW_S)
+    return {name: slowest(ring, name, since, EXEMPLARS) for name in names}
 
 
 class ConsoleController(Controller):
@@ -27,17 +39,19 @@ class ConsoleController(Controller):
 
     @get("/")
     async def overview(
-        self, request: Request[Any, Any, Any], plane: Plane, numbers: Numbers
+        self, request: Request[Any, Any, Any], plane: Plane, numbers: Numbers, traces: Traces
     ) -> Template:
         versions = await plane.versions.list_versions()
+        names = numbers.deployment_names
         return render(
             request,
             "console/index.html",
             area="overview",
             **numbers.stats(),
             versions=versions,
-            deployment_names=numbers.deployment_names,
+            deployment_names=names,
             history=numbers.history(),
+            exemplars=exemplars(traces, names),
         )
 
     @get("/overview/versions")

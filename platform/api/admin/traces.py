@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Controller, get
+from litestar import Controller, Request, get
 from litestar.params import FromPath, QueryParameter
 from msgspec import Struct
 
 from vigil.platform.api.admin.deps import Traces
 from vigil.platform.api.admin.responses import error_responses
 from vigil.platform.errors import NotFound
+from vigil.platform.telemetry.trace_query import OUTCOMES, PARAMS, parse_query, search
 from vigil.platform.telemetry.tracing import TraceRing
-
-MAX_TRACES = 1000
 
 
 class LinkOut(Struct, kw_only=True):
@@ -45,6 +44,10 @@ class TraceSummaryOut(Struct, kw_only=True):
     duration_ms: float
     status_code: int | None
     num_spans: int
+    deployment: str | None
+    version: str | None  # model@version
+    outcome: str | None  # as vigil_requests_total counts it; "rejected": a 4xx before routing
+    request_id: str | None
 
 
 class TraceOut(Struct, kw_only=True):
@@ -60,42 +63,60 @@ def _span_out(span: dict[str, Any]) -> SpanOut:
 def _ring(traces: TraceRing | None) -> TraceRing:
     if traces is None:
         raise NotFound(
-            "Tracing is off: start vigil serve with --trace-buffer N (traces kept here) or "
-            "--otlp-endpoint URL.",
+            "Tracing is off: this server was started with --trace-buffer 0; start it with "
+            "--trace-buffer N (the default, 256, keeps traces here).",
             code="tracing_off",
         )
     return traces
 
 
-def _root(spans: list[dict[str, Any]]) -> dict[str, Any]:
-    ids = {s["span_id"] for s in spans}
-    roots = [s for s in spans if s["parent_span_id"] not in ids]
-    return min(roots or spans, key=lambda s: s["start_ns"] or 0)
-
-
 class TraceController(Controller):
     path = "/traces"
 
-    @get("/", summary="The last traces kept, newest first", responses=error_responses(404))
+    @get(
+        "/",
+        summary="The last traces kept, newest first, filtered",
+        description=(
+            f"Query parameters: {', '.join(PARAMS)}. outcome is one of {', '.join(OUTCOMES)}; "
+            "since and until are ISO 8601 times (UTC without an offset); min_duration_ms is "
+            "the server span's; request_id is the x-request-id a response carried. An unknown "
+            "parameter or a bad value is a 400 that names it."
+        ),
+        responses=error_responses(400, 404),
+    )
     async def list_traces(
         self,
+        request: Request[Any, Any, Any],
         traces: Traces,
-        limit: Annotated[int, QueryParameter(ge=1, le=MAX_TRACES)] = 50,
+        deployment: Annotated[str | None, QueryParameter(description="a deployment")] = None,
+        version: Annotated[str | None, QueryParameter(description="model@version")] = None,
+        outcome: Annotated[str | None, QueryParameter(description=", ".join(OUTCOMES))] = None,
+        min_duration_ms: Annotated[str | None, QueryParameter(description="e.g. 500")] = None,
+        since: Annotated[str | None, QueryParameter(description="ISO 8601 time")] = None,
+        until: Annotated[str | None, QueryParameter(description="ISO 8601 time")] = None,
+        request_id: Annotated[str | None, QueryParameter(description="x-request-id")] = None,
+        limit: Annotated[
+            str | None, QueryParameter(description="1 to 1000, 50 if not given")
+        ] = None,
     ) -> list[TraceSummaryOut]:
-        out = []
-        for trace_id, spans in _ring(traces).recent(limit):
-            root = _root(spans)
-            out.append(
-                TraceSummaryOut(
-                    trace_id=trace_id,
-                    name=root["name"],
-                    start_ns=root["start_ns"],
-                    duration_ms=root["duration_ms"],
-                    status_code=root["attributes"].get("http.response.status_code"),
-                    num_spans=len(spans),
-                )
+        # Read from the query itself rather than the arguments: a name not declared above
+        # is refused, not silently ignored. A name given twice: its last value.
+        query = parse_query(dict(request.query_params.items()))
+        return [
+            TraceSummaryOut(
+                trace_id=s.trace_id,
+                name=s.name,
+                start_ns=s.start_ns,
+                duration_ms=s.duration_ms,
+                status_code=s.status_code,
+                num_spans=s.num_spans,
+                deployment=s.deployment,
+                version=s.version,
+                outcome=s.outcome,
+                request_id=s.request_id,
             )
-        return out
+            for s in search(_ring(traces), query)
+        ]
 
     @get("/{trace_id:str}", summary="One trace's spans", responses=error_responses(404))
     async def get_trace(self, traces: Traces, trace_id: FromPath[str]) -> TraceOut:

@@ -463,3 +463,51 @@ def test_request_past_its_queue_deadline_times_out_and_never_starts(
     while engine.has_work():
         engine.step()
     assert engine.pool.num_free == engine.pool.num_blocks
+
+
+def test_step_time_is_split_between_a_requests_own_tokens_and_the_rest_of_the_batch(
+    smollm2: LanguageModel,
+) -> None:
+    """Alone, a request's steps are all its own; in a batch, each step's time is split by
+    tokens, so the shares of one step add up to it and a short prompt prefilled beside a
+    long one shows most of its prefill as the long one's."""
+    solo = run(make_engine(smollm2), [requests(smollm2)[0]])
+    [(_, only)] = solo.items()
+    assert only.finish is not None and only.finish.step_times is not None
+    t = only.finish.step_times
+    assert t.prefill_own_s > 0 and t.decode_own_s > 0
+    assert t.prefill_shared_s == pytest.approx(0, abs=1e-9)
+    assert t.decode_shared_s == pytest.approx(0, abs=1e-9)
+
+    engine = make_engine(smollm2, max_num_batched_tokens=256)
+    step_s: list[float] = []
+    step = engine.step
+
+    def timed_step():  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        events = step()
+        step_s.append(time.perf_counter() - t0)
+        return events
+
+    engine.step = timed_step  # type: ignore[method-assign]
+    batch = [requests(smollm2)[i] for i in (0, 6)]  # a short question, the long passage
+    short, long_ = (o.finish for o in run(engine, batch).values())
+    assert short is not None and long_ is not None
+    a, b = short.step_times, long_.step_times
+    assert a is not None and b is not None
+    # Both prompts were prefilled in the first step, together.
+    assert short.num_prefill_chunks == long_.num_prefill_chunks == 1
+    first = a.prefill_own_s + a.prefill_shared_s
+    assert first == pytest.approx(b.prefill_own_s + b.prefill_shared_s)
+    assert a.prefill_own_s + b.prefill_own_s == pytest.approx(first)
+    assert first <= step_s[0]
+    num_short, num_long = len(batch[0].prompt_ids), len(batch[1].prompt_ids)
+    assert a.prefill_own_s / first == pytest.approx(num_short / (num_short + num_long))
+    assert a.prefill_shared_s > a.prefill_own_s  # mostly the passage's time
+    clock = short.clock
+    assert clock.first_token_ts is not None and clock.scheduled_ts is not None
+    assert first <= clock.first_token_ts - clock.scheduled_ts + 1e-3
+    total = sum(
+        x.prefill_own_s + x.decode_own_s for x in (a, b)
+    )  # every step's time is someone's own
+    assert 0.8 * sum(step_s) <= total <= sum(step_s)  # the rest: turning tokens into text

@@ -134,3 +134,26 @@ def test_an_slo_change_starts_counting_afresh_and_unknown_deployments_are_ignore
     tracker.set_targets({"chat": SLOTargets(ttft_p99_s=2.0, window_s=720.0)})
     assert tracker.status("chat").slis[SLI.AVAILABILITY].total == 0  # type: ignore[union-attr]
     assert tracker.status("other") is None
+
+
+def test_a_spent_budget_says_since_when_and_by_how_much_bounded_at_zero() -> None:
+    clock = Clock()
+    tracker = SLOTracker(clock)
+    tracker.set_targets({"chat": SLO})
+    for _ in range(90):
+        tracker.record(record())
+    first = tracker.status("chat").slis[SLI.TTFT]  # type: ignore[union-attr]
+    assert first.exhausted_for_s is None and first.budget_left == 1.0
+    for _ in range(10):
+        tracker.record(record(ttft_s=3.0))
+    spent = tracker.status("chat").slis[SLI.TTFT]  # type: ignore[union-attr]
+    assert spent.exhausted_for_s == 0.0 and spent.budget_left == 0.0
+    assert spent.overspent == pytest.approx(10.0)  # ten times the budget's errors
+    clock.now_ts += 30.0
+    later = tracker.status("chat").slis[SLI.TTFT]  # type: ignore[union-attr]
+    assert later.exhausted_for_s == pytest.approx(30.0)  # from when it was first seen
+    for _ in range(2000):  # good requests bring the bad share under the budget again
+        tracker.record(record())
+    recovered = tracker.status("chat").slis[SLI.TTFT]  # type: ignore[union-attr]
+    assert recovered.exhausted_for_s is None and recovered.overspent is None
+    assert 0 < recovered.budget_left < 1

@@ -17,6 +17,7 @@ import pytest
 from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
 
 from vigil.engine.bundled import SMOLLM2
+from vigil.engine.request import StepTimes
 from vigil.platform.control.access.records import Role
 from vigil.platform.control.specs import SLOTargets, bundled_version
 from vigil.platform.settings import TraceSettings
@@ -64,7 +65,9 @@ async def test_a_request_is_one_trace_under_a_trusted_callers_parent(
     tmp_path, smollm2_tokenizer
 ) -> None:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
-    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
+    steps = StepTimes(0.002, 0.003, 0.004, 0.005)
+    engine = ScriptedEngine(auto_release=True, token_gap_s=0.01, step_times=steps)
+    workers.add("w1", {STABLE: engine})
     trusted = traced(1.0, parent_from=("127.0.0.0/8",))
     async with running_gateway(tmp_path, workers, smollm2_tokenizer, **trusted) as gateway:
         await operator(gateway)
@@ -100,6 +103,10 @@ async def one_trace_under_the_callers_parent(gateway: Gateway) -> None:
         phases[0]["end_ns"] == phases[1]["start_ns"]
         and phases[1]["end_ns"] == phases[2]["start_ns"]
     )
+    # The engine's step time, split into the request's own tokens and the batch's.
+    prefill, decode = phases[1]["attributes"], phases[2]["attributes"]
+    assert (prefill["vigil.steps.own_s"], prefill["vigil.steps.shared_s"]) == (0.002, 0.003)
+    assert (decode["vigil.steps.own_s"], decode["vigil.steps.shared_s"]) == (0.004, 0.005)
     phases_ms = sum(p["duration_ms"] for p in phases)
     assert abs(phases_ms - hop["duration_ms"]) < 5.0 and hop["duration_ms"] <= server["duration_ms"]
     # The worker was sent the hop span as its parent.
@@ -181,10 +188,23 @@ async def test_a_shed_request_is_kept_when_the_sampler_would_drop_it(
     assert admission["attributes"]["vigil.admission.verdict"] == "shed"
 
 
-async def test_tracing_off_leaves_no_header_and_says_so(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+async def test_tracing_is_on_by_default_in_the_ring(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
     async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+        await operator(gateway)
+        async with client_of(gateway) as client:
+            r = await client.post("/v1/chat/completions", json=CHAT)
+            assert r.status_code == 200, r.text
+            spans = await trace_of(client, r.headers[TRACE_HEADER])
+    assert {s["name"] for s in spans} >= {"admission", "queue", "prefill", "decode"}
+
+
+async def test_tracing_turned_off_leaves_no_header_and_says_so(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    workers = FakeWorkers()
+    workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
+    off = {"tracing": TraceSettings(buffer=0)}
+    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **off) as gateway:
         await operator(gateway)
         async with client_of(gateway) as client:
             r = await client.post("/v1/chat/completions", json=CHAT)
@@ -273,3 +293,33 @@ async def test_a_constrained_requests_grammar_compile_is_a_span_before_its_admis
         ("json_object", True),
         ("grammar", False),
     ]
+
+
+async def test_the_traces_list_filters_and_refuses_an_unknown_filter(gateway: Gateway) -> None:
+    async with client_of(gateway) as client:
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200
+        bad = await client.post("/v1/chat/completions", json={"model": SMOLLM2})
+        assert bad.status_code == 400
+
+        async def listed(**params: str) -> list[dict[str, Any]]:
+            got = await client.get("/api/admin/traces", params=params, auth=OPS)
+            assert got.status_code == 200, got.text
+            rows: list[dict[str, Any]] = got.json()
+            return rows
+
+        [by_id] = await listed(request_id=r.headers["x-request-id"])
+        assert by_id["trace_id"] == r.headers[TRACE_HEADER] and by_id["outcome"] == "length"
+        assert by_id["deployment"] == SMOLLM2 and by_id["version"] == STABLE
+        [rejected] = await listed(outcome="rejected")
+        assert rejected["trace_id"] == bad.headers[TRACE_HEADER]
+        assert (await listed(request_id=bad.headers["x-request-id"])) == [rejected]
+        assert await listed(version="nobody@1") == []
+        assert await listed(min_duration_ms="600000") == []
+        assert len(await listed(since="2000-01-01T00:00:00Z", limit="5")) == 2
+        unknown = await client.get("/api/admin/traces?min_duration=5", auth=OPS)
+        assert unknown.status_code == 400
+        error = unknown.json()["error"]
+        assert error["param"] == "min_duration" and "min_duration_ms" in error["message"]
+        bad_outcome = await client.get("/api/admin/traces?outcome=ok", auth=OPS)
+        assert bad_outcome.status_code == 400 and "stop, length" in bad_outcome.text

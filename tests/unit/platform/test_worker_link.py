@@ -89,6 +89,10 @@ async def test_tokens_then_one_finish_with_the_workers_queue_time(worker, link) 
     assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.LENGTH
     assert (finish.num_prompt_tokens, finish.num_output_tokens) == (5, 4)
     assert finish.clock is req.clock and req.clock.scheduled_ts is not None
+    # The engine's split of its steps' time crosses too (alone: all of it its own).
+    steps = finish.step_times
+    assert steps is not None and steps.prefill_own_s > 0 and steps.decode_own_s > 0
+    assert steps.prefill_shared_s == pytest.approx(0, abs=1e-9)
     assert not failed
 
 
