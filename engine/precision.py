@@ -15,8 +15,19 @@ auto's rules (README "Precision"):
          Hugging Face folder)    batch sizes even where the CPU has native bfloat16
                                  (ops/bench/bf16_bench.py)
 
-An explicit `none`, `int4` or `int8` is taken as asked (int4 and int8 on CPU only):
-float32 stays the parity reference.
+auto's int4 and int8 keep activations in float (the packed kernels of
+engine/kernels/packed_matmul.h on any CPU with AVX2): rounding them to int8 per group of
+32, as the VNNI kernel and llama.cpp do, moved the bundled model's greedy answers off
+float32's at near-ties (2 of 10 chat prompts' first tokens; "What is the capital of
+France?" under its chat template went from "The capital of France is Paris." to
+"L'Étoile, la Marseillaise, ...") and made a prompt served from the prefix cache answer
+otherwise than the same prompt computed cold; with float activations 10 of 10 and the
+same answer both ways, at 0.6-0.7x the VNNI kernel's tokens/s (3.4x float32's at one
+stream, 1.4x at 16).
+
+An explicit `none`, `int4` or `int8` is taken as asked (int4 and int8 on CPU only), and
+an explicit int4 or int8 runs the fastest kernels the CPU has, int8 activations
+included: float32 stays the parity reference.
 """
 
 from __future__ import annotations
@@ -52,6 +63,9 @@ class Precision:
     # Linears the file holds at 5-8 bits run int8 beside the int4 ones (auto on a
     # mixed file such as Q4_K_M); otherwise every linear is `quantization`.
     keep_finer: bool = False
+    # The packed kernels may round activations to int8 (the VNNI kernel, the fastest
+    # where the CPU has it); else they keep them float (engine/model/packed.py).
+    int8_activations: bool = False
 
 
 def runs_as(precision: Precision) -> str:
@@ -66,7 +80,7 @@ def resolve_precision(
     matrix types with the weights each holds (GGUFFile.linear_types); None for a
     Hugging Face folder (float weights)."""
     if requested != "auto":
-        return Precision(requested, dtype, f"{requested}, as asked")
+        return Precision(requested, dtype, f"{requested}, as asked", int8_activations=True)
     if device_type != "cpu":
         return Precision(
             "none", dtype, f"auto on {device_type}: {dtype} weights (int4/int8 are CPU kernels)"
@@ -84,7 +98,8 @@ def resolve_precision(
     if most is WeightBits.FOUR:
         finer = [t for t in linear_types if weight_bits(t) is WeightBits.EIGHT]
         also = f"; its {'/'.join(finer)} tensors int8" if finer else ""
-        return Precision("int4", dtype, f"auto: {held}: int4 kernels{also}", keep_finer=True)
+        kernels = f"int4 kernels, float activations{also}"
+        return Precision("int4", dtype, f"auto: {held}: {kernels}", keep_finer=True)
     if most is WeightBits.EIGHT:
-        return Precision("int8", dtype, f"auto: {held}: int8 kernels (Q8_0's layout)")
+        return Precision("int8", dtype, f"auto: {held}: int8 kernels, float activations")
     return Precision("none", dtype, f"auto: {held}: run as {dtype} on CPU")

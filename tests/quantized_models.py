@@ -14,9 +14,9 @@ from vigil.engine.model.quantized import attach_fused_decode, packed_linear, qua
 
 def quantize_model(model: CausalLM, fused: bool = True, kernel: Kernel | None = None) -> None:
     """A float model's decoder-layer linears -> Int4Linear and its output head ->
-    Int8Linear, in place. `kernel`: by default the one measured fastest on this CPU
-    (packed.choose_kernel)."""
-    kernel = choose_kernel() if kernel is None else kernel
+    Int8Linear, in place. `kernel`: by default the one measured fastest on this CPU, as
+    an explicit int4 takes it (packed.choose_kernel)."""
+    kernel = choose_kernel(int8_activations=True) if kernel is None else kernel
     for parent in model.model.layers.modules():
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):  # qkv_proj, o_proj, gate_up_proj, down_proj

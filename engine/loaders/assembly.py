@@ -87,7 +87,7 @@ class _Assembly:
         self.head = head
         self.kernel: Kernel | None = None
         if precision.quantization != "none":
-            self.kernel = choose_kernel()
+            self.kernel = choose_kernel(precision.int8_activations)
         self.parts: dict[str, list[Weight | None]] = {}  # fused tensor -> its parts so far
         self.linears: dict[str, dict[str, Weight]] = {}  # layer linear -> weight, bias so far
         self.head_packed = False  # quantized: whether the int8 head is built

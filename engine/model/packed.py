@@ -68,14 +68,18 @@ AVX2_FEW_ROWS = 48
 VNNI_FEW_ROWS: int | None = 64 if amx_tiles() else None
 
 
-def choose_kernel() -> Kernel:
-    """The kernel measured fastest on this CPU (the module docstring)."""
+def choose_kernel(int8_activations: bool) -> Kernel:
+    """The kernel measured fastest on this CPU (the module docstring); where that is VNNI,
+    which rounds activations to int8, the AVX2 kernel (float32 activations) unless
+    `int8_activations` (engine/precision.py says why auto keeps them float)."""
     ext = packed_matmul_ext()
     if ext is None:
         return Kernel.ATEN
     if torch.backends.cpu.get_cpu_capability() == "AVX2":
         return Kernel.AVX2
-    return Kernel.VNNI if ext.has_vnni else Kernel.ATEN
+    if ext.has_vnni:  # AVX-512 VNNI: AVX2's instructions too
+        return Kernel.VNNI if int8_activations else Kernel.AVX2
+    return Kernel.ATEN
 
 
 def few_rows(kernel: Kernel) -> int | None:

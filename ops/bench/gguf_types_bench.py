@@ -49,7 +49,7 @@ def held(linear: PackedLinear) -> torch.Tensor:
 def tensor_errors(path: Path) -> dict[str, list[tuple[float, float, float]]]:
     """type -> per tensor (max |err| / max |w|, sum err^2, sum w^2)."""
     reader = gguf.GGUFReader(str(path))
-    kernel = choose_kernel()
+    kernel = choose_kernel(int8_activations=False)  # auto's
     out: dict[str, list[tuple[float, float, float]]] = {}
     for t in reader.tensors:
         if not t.name.startswith("blk.") or len(t.shape) != 2:
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="of the text, teacher-forced")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"kernel: {choose_kernel()}")
+    print(f"kernel: {choose_kernel(int8_activations=False)} (auto's)")
     types: dict[str, list[tuple[float, float, float]]] = {}
     rows = []
     for path in args.files:

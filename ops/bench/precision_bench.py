@@ -1,7 +1,8 @@
-"""Decode-step time of `--dtype bfloat16`, `--quantization int4` and `int8` against
+"""Decode-step time of `--dtype bfloat16`, `--quantization int4`, `int8` and `auto` (the
+default: the bundled file's int4 codes, kernels that keep activations float) against
 float32, in one process.
 
-    .venv/bin/python ops/bench/precision_bench.py [--modes bfloat16,int4,int8] [--batch 1,4,16]
+    .venv/bin/python ops/bench/precision_bench.py [--modes bfloat16,int4,int8,auto] [--batch 1,4,16]
         [--rounds 6] [--steps 8] [--threads 1] [--prefill-tokens 256]
 
 For each batch size, one engine per mode holds that many sequences (16-token prompts,
@@ -39,6 +40,7 @@ MODES = {  # name -> load_language_model's dtype and quantization
     "bfloat16": (torch.bfloat16, "none"),
     "int4": (torch.float32, "int4"),
     "int8": (torch.float32, "int8"),
+    "auto": (torch.float32, "auto"),  # the bundled file's int4, on float activations
 }
 
 

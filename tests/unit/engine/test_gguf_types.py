@@ -125,7 +125,7 @@ def test_int4_layers_reproduce_a_4_bit_file_exactly(
     folder, reference = checkpoint
     file = folder / f"{name}.gguf"
     write_gguf(file, reference, TYPES[name][0])
-    monkeypatch.setattr(assembly, "choose_kernel", lambda: Kernel.AVX2)
+    monkeypatch.setattr(assembly, "choose_kernel", lambda _: Kernel.AVX2)
     exact, float32 = load(file, "int4"), load(file, "none")
     kernels = {m.kernel for m in exact.model.model.layers.modules() if isinstance(m, Int4Linear)}
     assert kernels == {Kernel.AVX2}

@@ -242,7 +242,7 @@ def test_int4_greedy_agrees_with_float32(  # type: ignore[no-untyped-def]
     # Decode steps of `together` rows: up to few_rows the fused step and packed kernels,
     # beyond it matmuls on the dequantized weights (bfloat16 or float32, as the CPU
     # chooses; the switch lowered to reach that path with the 8 prompts there are).
-    if few_rows < together and packed.few_rows(packed.choose_kernel()) is None:
+    if few_rows < together and packed.few_rows(packed.choose_kernel(True)) is None:
         pytest.skip("this CPU's kernel takes every row: there is no bfloat16 copy")
     for name in ("FEW_ROWS", "AVX2_FEW_ROWS", "VNNI_FEW_ROWS"):
         monkeypatch.setattr(packed, name, few_rows)

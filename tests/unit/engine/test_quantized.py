@@ -77,12 +77,15 @@ def test_many_rows_compute_in_bfloat16_only_where_the_cpu_runs_it_natively() -> 
     assert [few_rows(k) for k in Kernel] == [FEW_ROWS, AVX2_FEW_ROWS, VNNI_FEW_ROWS]
 
 
-def test_the_kernel_chosen_is_the_one_measured_for_this_cpu() -> None:
+@pytest.mark.parametrize("int8_activations", [True, False], ids=["int4-as-asked", "auto"])
+def test_the_kernel_chosen_is_the_one_measured_for_this_cpu(int8_activations: bool) -> None:
+    """The fastest; auto's keeps activations float where the fastest rounds them (VNNI)."""
     ext = packed_matmul_ext()
     assert ext is not None  # the CI machine has a compiler
     avx2_only = torch.backends.cpu.get_cpu_capability() == "AVX2"
-    expected = Kernel.AVX2 if avx2_only else Kernel.VNNI if ext.has_vnni else Kernel.ATEN
-    assert packed.choose_kernel() is expected
+    vnni = Kernel.VNNI if int8_activations else Kernel.AVX2
+    expected = Kernel.AVX2 if avx2_only else vnni if ext.has_vnni else Kernel.ATEN
+    assert packed.choose_kernel(int8_activations) is expected
 
 
 def has_vnni() -> bool:
