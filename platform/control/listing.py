@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Select
+from sqlalchemy.orm import QueryableAttribute
 
 from vigil.platform.errors import InvalidRequest
 
@@ -89,3 +92,21 @@ def page_of(items: list[T], limit: int, id_of: Callable[[T], int]) -> Page[T]:
         kept = items[:limit]
         return Page(kept, id_of(kept[-1]))
     return Page(items, None)
+
+
+def in_page(
+    stmt: Select[Any],
+    at: QueryableAttribute[datetime],
+    row_id: QueryableAttribute[int],
+    span: TimeRange,
+    before_id: int | None,
+) -> Select[Any]:
+    """`stmt` kept to the rows `at` within `span` and, on a next page, older than
+    `before_id`."""
+    if span.since is not None:
+        stmt = stmt.where(at >= span.since)
+    if span.until is not None:
+        stmt = stmt.where(at < span.until)
+    if before_id is not None:
+        stmt = stmt.where(row_id < before_id)
+    return stmt

@@ -9,8 +9,6 @@ holds without --auth."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,19 +36,6 @@ def data_dir(tmp_path_factory, create_user) -> Path:  # type: ignore[no-untyped-
     create_user(path, *OPERATOR, role="operator")
     create_user(path, *VIEWER, role="viewer")
     return Path(path)
-
-
-@pytest.fixture(scope="module")
-def api_key(data_dir: Path) -> str:
-    """A key for the traffic the charts show, made with `vigil keys create`."""
-    vigil = Path(sys.executable).with_name("vigil")
-    made = subprocess.run(
-        [str(vigil), "keys", "create", "--name", "load", "--data-dir", str(data_dir)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return made.stdout.split()[0]
 
 
 @pytest.fixture(scope="module")

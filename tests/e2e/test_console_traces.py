@@ -7,8 +7,6 @@ overview draws a line per version. The screenshots are the README's."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,18 +30,6 @@ def data_dir(tmp_path_factory, create_user) -> Path:  # type: ignore[no-untyped-
     path = tmp_path_factory.mktemp("console-traces-e2e")
     create_user(path, *OPERATOR, role="operator")
     return Path(path)
-
-
-@pytest.fixture(scope="module")
-def api_key(data_dir: Path) -> str:
-    vigil = Path(sys.executable).with_name("vigil")
-    made = subprocess.run(
-        [str(vigil), "keys", "create", "--name", "load", "--data-dir", str(data_dir)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return made.stdout.split()[0]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from vigil.platform.control.listing import (
     TimeRange,
     check_choice,
     check_limit,
+    in_page,
     page_of,
 )
 from vigil.platform.control.webhooks.outbox import enqueue, subscribers
@@ -144,12 +145,7 @@ class AlertService(Service):
             stmt = stmt.where(Decision.deployment == deployment)
         if kinds:
             stmt = stmt.where(Decision.kind.in_(kinds))
-        if span.since is not None:
-            stmt = stmt.where(Decision.at >= span.since)
-        if span.until is not None:
-            stmt = stmt.where(Decision.at < span.until)
-        if before_id is not None:
-            stmt = stmt.where(Decision.id < before_id)
+        stmt = in_page(stmt, Decision.at, Decision.id, span, before_id)
         async with self._sessions() as session:
             return [DecisionRecord.of(row) for row in (await session.execute(stmt)).scalars()]
 

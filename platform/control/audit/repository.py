@@ -10,7 +10,7 @@ from sqlalchemy import select
 from vigil.platform.control.audit.records import Snapshot, to_json
 from vigil.platform.control.audit.tables import AuditEntry
 from vigil.platform.control.db import Repository
-from vigil.platform.control.listing import ANY_TIME, TimeRange
+from vigil.platform.control.listing import ANY_TIME, TimeRange, in_page
 
 
 class AuditRepository(Repository[AuditEntry]):
@@ -59,10 +59,5 @@ class AuditRepository(Repository[AuditEntry]):
             stmt = stmt.where(AuditEntry.actor == actor)
         if action is not None:
             stmt = stmt.where(AuditEntry.action == action)
-        if span.since is not None:
-            stmt = stmt.where(AuditEntry.at >= span.since)
-        if span.until is not None:
-            stmt = stmt.where(AuditEntry.at < span.until)
-        if before_id is not None:
-            stmt = stmt.where(AuditEntry.id < before_id)
+        stmt = in_page(stmt, AuditEntry.at, AuditEntry.id, span, before_id)
         return (await self.session.execute(stmt)).scalars().all()
