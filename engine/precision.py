@@ -22,8 +22,8 @@ float32's at near-ties (2 of 10 chat prompts' first tokens; "What is the capital
 France?" under its chat template went from "The capital of France is Paris." to
 "L'Étoile, la Marseillaise, ...") and made a prompt served from the prefix cache answer
 otherwise than the same prompt computed cold; with float activations 10 of 10 and the
-same answer both ways, at 0.6-0.7x the VNNI kernel's tokens/s (3.4x float32's at one
-stream, 1.4x at 16).
+same answer both ways, at a decode step 1.6x the VNNI kernel's at one sequence and 2.6x
+at 16 (0.20x and 0.62x float32's; ops/bench/precision_bench.py, AMD EPYC).
 
 An explicit `none`, `int4` or `int8` is taken as asked (int4 and int8 on CPU only), and
 an explicit int4 or int8 runs the fastest kernels the CPU has, int8 activations
