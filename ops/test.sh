@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install, lint, type-check, test.
 #   bash ops/test.sh           everything (what CI runs)
-#   bash ops/test.sh --fast    the unit tests that start no server, no PostgreSQL and no
-#                              browser (about 2 minutes on 2 cores), after the same install
+#   bash ops/test.sh --fast    the unit tests that start no server, no PostgreSQL, no
+#                              browser and no bundled model (about 2.5 minutes on 2 cores),
+#                              after the same install
 #                              and lint; the 20 slowest are listed (30 for the whole suite)
 # Further arguments go to pytest.
 set -euo pipefail

@@ -53,6 +53,7 @@ def test_gguf_engine_greedy_and_logits_match_transformers(tiny_gguf: Tiny) -> No
     assert_engine_matches_reference(tiny_gguf, native_attention=True)
 
 
+@pytest.mark.slow  # a file written, loaded twice and run on each path: seconds each
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0"])
 def test_each_architecture_runs_a_quantized_file_as_its_float32(
     tiny_gguf: Tiny, tmp_path: Path, qtype: str

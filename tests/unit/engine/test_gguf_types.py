@@ -64,6 +64,7 @@ def checkpoint(
     return folder, save_tiny(folder, request.param, {"tie_word_embeddings": tied})
 
 
+@pytest.mark.slow  # a file written, loaded twice and run on each path: seconds each
 @pytest.mark.parametrize("name", list(TYPES))
 def test_each_type_runs_on_its_path_and_answers_as_its_file(
     checkpoint: tuple[Path, transformers.PreTrainedModel], name: str

@@ -321,6 +321,7 @@ def test_unknown_quantization_or_a_cuda_device_is_refused() -> None:
             check_quantization(name, torch.device("cuda"))
 
 
+@pytest.mark.slow  # loads the bundled model twice
 def test_an_int4_model_holds_fewer_bytes_than_float32(smollm2, smollm2_int4) -> None:  # type: ignore[no-untyped-def]
     def linear_bytes(lm) -> int:  # type: ignore[no-untyped-def]
         layers = lm.model.model.layers

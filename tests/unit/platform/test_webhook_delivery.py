@@ -70,7 +70,7 @@ class Receiver:
         return Litestar([hook])
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The outbox must hold on both databases Vigil runs on."""
     if request.param == "postgresql":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from consoles import PASSWORD, Console
 from fakes import FakeWorkers, report_loaded, running_gateway, tiny_engine
 
@@ -92,6 +93,7 @@ async def test_bad_defaults_are_a_400_that_says_what_to_fix(console: Console) ->
     assert [v.ref.version for v in versions] == [bundled_version(SMOLLM2).version]
 
 
+@pytest.mark.slow  # generates with the bundled model
 async def test_a_version_registered_in_the_console_with_max_tokens_stops_there(
     tmp_path: Path, smollm2: Any, smollm2_tokenizer: Any
 ) -> None:
