@@ -251,6 +251,9 @@ def test_every_dashboard_query_and_recording_rule_returns_data(served) -> None: 
     started = time.monotonic()
     watch = TargetWatch(gateway)
     _start_canary(gateway)
+    # A rate of the worker's own series needs a scrape of it from before the load.
+    worker_up = 'up{job="vigil-workers"} == 1'
+    _wait(lambda: bool(_query(prometheus, worker_up)), "a scrape of the worker", 15)
     load_started = time.monotonic()
     answers = asyncio.run(_load(gateway))
     assert set(answers) - {"429"} == {f"{MODEL}/{BUNDLED}", f"{MODEL}/canary"}, answers
@@ -263,12 +266,19 @@ def test_every_dashboard_query_and_recording_rule_returns_data(served) -> None: 
         return bool(result) and float(result[0]["value"][1]) == num_served
 
     _wait(scraped_all, "Prometheus to scrape the whole load", 15)
-    workers = _query(prometheus, 'up{job="vigil-workers"} == 1')
+    workers = _query(prometheus, worker_up)
     assert [w["metric"]["replica"] for w in workers] == ["local-0"], workers
     _wait(
         lambda: bool(_query(prometheus, "vigil_slo_error_ratio_rate5m")), "a rule's first run", 10
     )
-    rate_interval = f"{int(time.monotonic() - load_started) + 5}s"
+
+    def since_load() -> str:  # a window over the whole load
+        return f"{int(time.monotonic() - load_started) + 5}s"
+
+    # The gateway's count is whole; the worker's scrape after the load may come later.
+    steps = "sum(rate(vigil_engine_step_seconds_count[{}])) > 0"
+    _wait(lambda: bool(_query(prometheus, steps.format(since_load()))), "the workers' steps", 15)
+    rate_interval = since_load()
 
     dashboard = json.loads((OPS / "grafana" / "vigil.json").read_text())
     templating = {v["name"]: v for v in dashboard["templating"]["list"]}
