@@ -49,6 +49,18 @@ def test_the_gateway_runs_without_importing_torch() -> None:
     assert done.returncode == 0, done.stderr[-1500:]
 
 
+def test_the_worker_imports_no_torch_compiler() -> None:
+    """TorchInductor takes 2 s to import (llguidance.torch pulls it in through a
+    torch.compile decorator); a worker's engine runs eagerly and must start without it."""
+    code = (
+        "import sys\n"
+        "import vigil.platform.worker.server, vigil.engine.runner, vigil.engine.grammar_masks\n"
+        "assert 'torch._inductor' not in sys.modules, 'TorchInductor was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
+
+
 @pytest.mark.slow
 def test_wheel_contains_the_whole_package_and_its_cli_runs(tmp_path: Path) -> None:
     # Build from a copy, so that no build/ folder of an earlier build leaks stale files.
