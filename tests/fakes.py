@@ -12,8 +12,11 @@
   heart-beats into the gateway's WorkerRegistry as a worker process does, and runs
   either kind of engine, with the worker's own copy of each request's clock; a worker
   set to dead stops heart-beating and cannot be reached.
-- `running_gateway`: the whole gateway (`build_services` + `create_app`) under a real
-  uvicorn server on 127.0.0.1, on its own SQLite database, with FakeWorkers behind it.
+- `gateway_client`: the whole gateway (`build_services` + `create_app`) on its own
+  SQLite database, with FakeWorkers behind it, called in the test's own event loop:
+  what most gateway tests need. `running_gateway`: the same under a real uvicorn server
+  on 127.0.0.1, for what only a server does (a stream read as it comes, a client that
+  hangs up, the peer's address, another process calling in).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import torch
 import uvicorn
-from litestar.testing import AsyncTestClient
+from litestar import Litestar
 
 from vigil.engine.async_engine import AsyncLLMEngine
 from vigil.engine.bundled import MINILM, ModelKind, bundled_source
@@ -355,6 +359,8 @@ class Gateway:
     url: str
     services: Services
     workers: FakeWorkers
+    # gateway_client's: a client calling the app in process (running_gateway's: None)
+    client: httpx.AsyncClient | None = None
 
 
 class _Server(uvicorn.Server):
@@ -401,16 +407,45 @@ async def gateway_client(
     tokenizer: Tokenizer,
     config: str | None = None,
     **settings: Any,
-) -> AsyncIterator[tuple[Gateway, AsyncTestClient[Any]]]:
-    """The gateway of `running_gateway` reached through Litestar's test client, with no
-    server: for tests of what handlers answer with no worker behind them (pages, the
-    schema), not of what a server does (a client that hangs up, a stream read as it
-    comes, the peer's address)."""
-    async with (
-        _gateway_services(data_dir, workers, tokenizer, config, **settings) as services,
-        AsyncTestClient(create_app(services), timeout=30) as client,
-    ):
-        yield Gateway(str(client.base_url), services, workers), client
+) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    """The gateway of `running_gateway` with no server: its app called in this event loop
+    (httpx's ASGI transport, the peer 127.0.0.1), its lifespan run around the test.
+    Answers come whole: a test that reads a stream as it comes, or hangs up, needs
+    `running_gateway`. (Litestar's own AsyncTestClient runs the app on a thread of its own
+    and blocks this loop for each request, so the fakes' heartbeats and a test's
+    concurrent requests would stall.)"""
+    async with _gateway_services(data_dir, workers, tokenizer, config, **settings) as services:
+        app = create_app(services)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            _lifespan(app),
+            httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=30) as client,
+        ):
+            yield Gateway(str(client.base_url), services, workers, client), client
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Litestar) -> AsyncIterator[None]:
+    """The app's lifespan in a task of its own, as a server runs it: entered and left in
+    one task whichever tasks a fixture's set-up and tear-down run in."""
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    async def run() -> None:
+        async with app.lifespan():
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(run())
+    waiting = asyncio.create_task(started.wait())
+    await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if task.done():
+        task.result()  # start-up failed: its error
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+from fakes import FakeWorkers, Gateway, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.engine.request import Priority
@@ -78,9 +78,9 @@ async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]
     costs = StepCosts((DecodePoint(1, 0.01),), 0.0, 0.0, 0.001, 0.0)  # a prompt token 1 ms
     workers.add("w1", engines, costs=costs)
     data_dir = tmp_path_factory.mktemp("gateway-admission")
-    async with running_gateway(
+    async with gateway_client(
         data_dir, workers, smollm2_tokenizer, config=CONFIG, auth="keys", sse_keepalive_s=0.2
-    ) as gw:
+    ) as (gw, _):
         keys = gw.services.plane.keys
         gw.keys = {  # type: ignore[attr-defined]
             "app": (await keys.create("app", actor="test"))[1],
@@ -93,8 +93,8 @@ async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]
 
 @pytest.fixture
 async def client(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as c:
-        yield c
+    assert gateway.client is not None
+    yield gateway.client
     for engine in gateway.workers.workers["w1"].engines.values():
         assert isinstance(engine, ScriptedEngine)
         engine.release()  # nothing a test held back outlives it

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+from fakes import FakeWorkers, Gateway, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.platform.control.deployments.records import VersionKey
@@ -25,7 +25,7 @@ async def gateway(tmp_path, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # typ
     workers = FakeWorkers()
     engines = {STABLE: ScriptedEngine(auto_release=True), WARM: ScriptedEngine(auto_release=True)}
     workers.add("w1", engines)
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gw:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gw, _):
         yield gw
 
 
@@ -47,29 +47,29 @@ async def test_a_promoted_version_that_fails_everywhere_hands_back_to_the_one_be
     gateway: Gateway,
 ) -> None:
     plane = gateway.services.plane
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        assert await served_by(client) == STABLE.replace("@", "/")
-        await plane.versions.register_version(SMOLLM2, "warm", f"bundled:{SMOLLM2}", actor="ops")
-        await plane.deployments.set_canary(SMOLLM2, VersionKey(SMOLLM2, "warm"), 0, actor="ops")
+    client = gateway.client
+    assert await served_by(client) == STABLE.replace("@", "/")
+    await plane.versions.register_version(SMOLLM2, "warm", f"bundled:{SMOLLM2}", actor="ops")
+    await plane.deployments.set_canary(SMOLLM2, VersionKey(SMOLLM2, "warm"), 0, actor="ops")
 
-        async def warm_ready() -> bool:
-            return (await plane.versions.get_version(SMOLLM2, "warm")).status == "ready"
+    async def warm_ready() -> bool:
+        return (await plane.versions.get_version(SMOLLM2, "warm")).status == "ready"
 
-        await until(warm_ready)  # recorded by the gateway at a heartbeat
-        await plane.deployments.promote(SMOLLM2, actor="ops")
-        assert await served_by(client) == WARM.replace("@", "/")
+    await until(warm_ready)  # recorded by the gateway at a heartbeat
+    await plane.deployments.promote(SMOLLM2, actor="ops")
+    assert await served_by(client) == WARM.replace("@", "/")
 
-        gateway.workers.workers["w1"].failed[WARM] = "no such file: /models/warm.gguf"
+    gateway.workers.workers["w1"].failed[WARM] = "no such file: /models/warm.gguf"
 
-        async def back_on_stable() -> bool:  # 503s until the gateway sees the failure
-            r = await client.post("/v1/chat/completions", json=CHAT)
-            return r.headers.get("x-vigil-served-by") == STABLE.replace("@", "/")
+    async def back_on_stable() -> bool:  # 503s until the gateway sees the failure
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        return r.headers.get("x-vigil-served-by") == STABLE.replace("@", "/")
 
-        await until(back_on_stable)
-        ready = (await client.get("/readyz")).json()
-        assert (ready["versions"][STABLE], ready["versions"][WARM]) == ("ready", "failed")
-        record = await plane.deployments.get(SMOLLM2)
-        assert record.spec.stable.key == WARM  # the operator's choice stands, unserved
+    await until(back_on_stable)
+    ready = (await client.get("/readyz")).json()
+    assert (ready["versions"][STABLE], ready["versions"][WARM]) == ("ready", "failed")
+    record = await plane.deployments.get(SMOLLM2)
+    assert record.spec.stable.key == WARM  # the operator's choice stands, unserved
 
 
 async def test_a_slow_canary_is_rolled_back_by_the_system_and_its_requests_finish(
@@ -78,7 +78,7 @@ async def test_a_slow_canary_is_rolled_back_by_the_system_and_its_requests_finis
     slow = ScriptedEngine(token_gap_s=0.15)  # 3 tokens: under 10 tokens/s after the first
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True), WARM: slow})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gateway, client):
         plane = gateway.services.plane
         slo = SLOTargets(min_tokens_per_s=20.0, rollback_min_requests=4, rollback_margin=0.05)
         await plane.deployments.set_slo(SMOLLM2, slo, actor="ops")
@@ -90,29 +90,27 @@ async def test_a_slow_canary_is_rolled_back_by_the_system_and_its_requests_finis
         await plane.deployments.set_canary(SMOLLM2, VersionKey(SMOLLM2, "warm"), 0, actor="ops")
         await until(warm_ready)
         await plane.deployments.set_weight(SMOLLM2, 50, actor="ops")
-        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-            answers = [
-                asyncio.create_task(client.post("/v1/chat/completions", json=CHAT))
-                for _ in range(10)
-            ]
+        answers = [
+            asyncio.create_task(client.post("/v1/chat/completions", json=CHAT)) for _ in range(10)
+        ]
 
-            async def canary_queued() -> bool:
-                return len(slow.waiting) == 5
+        async def canary_queued() -> bool:
+            return len(slow.waiting) == 5
 
-            await until(canary_queued)  # stable's five are served; the canary's wait
-            slow.release(4)  # four slow ones end: enough to judge the canary
+        await until(canary_queued)  # stable's five are served; the canary's wait
+        slow.release(4)  # four slow ones end: enough to judge the canary
 
-            async def rolled_back() -> bool:
-                return (await plane.deployments.get(SMOLLM2)).spec.canary is None
+        async def rolled_back() -> bool:
+            return (await plane.deployments.get(SMOLLM2)).spec.canary is None
 
-            await until(rolled_back)
-            assert len(slow.waiting) == 1  # still on the canary's engine
-            slow.release()  # the request it had finishes there
-            done = await asyncio.gather(*answers)
-            assert [r.status_code for r in done] == [200] * 10
-            via = [r.headers["x-vigil-served-by"] for r in done]
-            assert via.count(WARM.replace("@", "/")) == 5
-            assert await served_by(client) == STABLE.replace("@", "/")
+        await until(rolled_back)
+        assert len(slow.waiting) == 1  # still on the canary's engine
+        slow.release()  # the request it had finishes there
+        done = await asyncio.gather(*answers)
+        assert [r.status_code for r in done] == [200] * 10
+        via = [r.headers["x-vigil-served-by"] for r in done]
+        assert via.count(WARM.replace("@", "/")) == 5
+        assert await served_by(client) == STABLE.replace("@", "/")
         [entry, *_] = await plane.audit.list("deployment", SMOLLM2)
         assert (entry.actor, entry.action) == ("system", "deployment.rollback")
         assert entry.after is not None and "tokens_per_s" in entry.after["reason"]

@@ -17,8 +17,8 @@ from fakes import (
     FakeWorkers,
     Gateway,
     ScriptedEngine,
+    gateway_client,
     minilm_tokenizer,
-    running_gateway,
 )
 
 from vigil.engine.bundled import MINILM, SMOLLM2
@@ -77,16 +77,16 @@ async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]
             EMBED_CANARY: FakeEmbedder(),
         }
         workers.add(worker_id, engines, costs=COSTS)
-    async with running_gateway(
+    async with gateway_client(
         tmp_path_factory.mktemp("gateway-routing"), workers, smollm2_tokenizer, config=CONFIG
-    ) as gw:
+    ) as (gw, _):
         yield gw
 
 
 @pytest.fixture
 async def client(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as c:
-        yield c
+    assert gateway.client is not None
+    yield gateway.client
     release_all(gateway)
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
-from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+from fakes import FakeWorkers, Gateway, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.engine.request import Priority
@@ -30,7 +29,7 @@ async def gateway(tmp_path, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # typ
     workers = FakeWorkers()
     engines = {STABLE: ScriptedEngine(auto_release=True), SHADOW: ScriptedEngine()}
     workers.add("w1", engines)
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gw:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gw, _):
         plane = gw.services.plane
         await plane.versions.register_version(SMOLLM2, "next", f"bundled:{SMOLLM2}", actor="ops")
         yield gw
@@ -60,13 +59,13 @@ async def test_a_shadow_gets_its_share_mirrored_and_no_client_sees_it(gateway: G
     await plane.deployments.set_shadow(SMOLLM2, VersionKey(SMOLLM2, "next"), 50, actor="ops")
     shadow = engine(gateway, SHADOW)
     shadow.auto_release = True
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        await until(lambda: bool(gateway.services.view.workers.serving(SHADOW)))
-        for _ in range(10):
-            r = await client.post("/v1/chat/completions", json=CHAT)
-            assert r.status_code == 200
-            assert r.headers["x-vigil-served-by"] == STABLE.replace("@", "/")
-            assert r.json()["choices"][0]["message"]["content"] == "ok ok ok "
+    client = gateway.client
+    await until(lambda: bool(gateway.services.view.workers.serving(SHADOW)))
+    for _ in range(10):
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200
+        assert r.headers["x-vigil-served-by"] == STABLE.replace("@", "/")
+        assert r.json()["choices"][0]["message"]["content"] == "ok ok ok "
     await until(lambda: len(shadow.arrived) == 5 and gateway.services.loads.num_open() == 0)
     assert all(r.priority is Priority.BATCH for r in shadow.arrived)
     assert all(r.request_id.endswith("-shadow") for r in shadow.arrived)
@@ -88,38 +87,38 @@ async def test_mirrors_are_dropped_while_the_shadow_is_busy_and_clients_never_wa
     plane = gateway.services.plane
     await plane.deployments.set_shadow(SMOLLM2, VersionKey(SMOLLM2, "next"), 100, actor="ops")
     shadow = engine(gateway, SHADOW)  # holds every mirror in its queue
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        await until(lambda: bool(gateway.services.view.workers.serving(SHADOW)))
-        for _ in range(MAX_IN_FLIGHT + 3):
-            r = await client.post("/v1/chat/completions", json=CHAT)
-            assert r.status_code == 200
-
-        # One mirror waits in the shadow's queue; the others found it busy. A mirror is
-        # a task of its own, so the last one may count its drop after its client's
-        # answer: wait for the count, then hold it to exactly that.
-        def busy() -> float:
-            labels = {"deployment": f"{SMOLLM2}:shadow", "version": SHADOW, "why": "busy"}
-            return sample(gateway, "vigil_shadow_dropped_total", **labels)
-
-        await until(lambda: len(shadow.arrived) == 1 and busy() >= MAX_IN_FLIGHT + 2)
-        assert len(shadow.arrived) == 1 and busy() == MAX_IN_FLIGHT + 2
-        shadow.release()
-        await until(lambda: gateway.services.generation.shadows.in_flight(SMOLLM2) == 0)
-        # A shadow whose worker reports it failed is not mirrored to at all.
-        gateway.workers.workers["w1"].failed[SHADOW] = "out of memory"
-        await until(lambda: not gateway.services.view.workers.serving(SHADOW))
+    client = gateway.client
+    await until(lambda: bool(gateway.services.view.workers.serving(SHADOW)))
+    for _ in range(MAX_IN_FLIGHT + 3):
         r = await client.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 200
-        await until(
-            lambda: (
-                sample(
-                    gateway,
-                    "vigil_shadow_dropped_total",
-                    deployment=f"{SMOLLM2}:shadow",
-                    version=SHADOW,
-                    why="not_ready",
-                )
-                == 1
+
+    # One mirror waits in the shadow's queue; the others found it busy. A mirror is
+    # a task of its own, so the last one may count its drop after its client's
+    # answer: wait for the count, then hold it to exactly that.
+    def busy() -> float:
+        labels = {"deployment": f"{SMOLLM2}:shadow", "version": SHADOW, "why": "busy"}
+        return sample(gateway, "vigil_shadow_dropped_total", **labels)
+
+    await until(lambda: len(shadow.arrived) == 1 and busy() >= MAX_IN_FLIGHT + 2)
+    assert len(shadow.arrived) == 1 and busy() == MAX_IN_FLIGHT + 2
+    shadow.release()
+    await until(lambda: gateway.services.generation.shadows.in_flight(SMOLLM2) == 0)
+    # A shadow whose worker reports it failed is not mirrored to at all.
+    gateway.workers.workers["w1"].failed[SHADOW] = "out of memory"
+    await until(lambda: not gateway.services.view.workers.serving(SHADOW))
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 200
+    await until(
+        lambda: (
+            sample(
+                gateway,
+                "vigil_shadow_dropped_total",
+                deployment=f"{SMOLLM2}:shadow",
+                version=SHADOW,
+                why="not_ready",
             )
+            == 1
         )
+    )
     assert len(shadow.arrived) == 1

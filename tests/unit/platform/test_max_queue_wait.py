@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import base64
 
-import httpx
-from fakes import FakeWorkers, ScriptedEngine, running_gateway
+from fakes import FakeWorkers, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.platform.control.access.records import Role
@@ -26,12 +25,9 @@ async def test_deployments_without_limits_wait_max_queue_wait_then_time_out(
 ) -> None:
     workers = FakeWorkers()
     workers.add("w1", {STABLE.key: ScriptedEngine()}, costs=COSTS)  # never lets one start
-    async with (
-        running_gateway(
-            tmp_path, workers, smollm2_tokenizer, models=(SMOLLM2,), max_queue_wait_s=0.3
-        ) as gw,
-        httpx.AsyncClient(base_url=gw.url, timeout=30) as client,
-    ):
+    async with gateway_client(
+        tmp_path, workers, smollm2_tokenizer, models=(SMOLLM2,), max_queue_wait_s=0.3
+    ) as (gw, client):
         chat = {"model": SMOLLM2, "messages": [{"role": "user", "content": "Hi"}]}
         r = await client.post("/v1/chat/completions", json=chat)
         assert r.status_code == 503, r.text

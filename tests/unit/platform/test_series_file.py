@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fakes import FakeWorkers, ScriptedEngine, gateway_client, running_gateway
+from fakes import FakeWorkers, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.platform.control.specs import bundled_version
@@ -65,7 +65,7 @@ async def test_a_restarted_gateway_draws_the_points_it_drew_before(
 ) -> None:
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gateway, _):
         for _ in range(600):  # the sampler's first points, however busy the machine
             if len(gateway.services.series.points(SMOLLM2)) >= 2:
                 break

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+from fakes import FakeWorkers, Gateway, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.engine.request import StepTimes
@@ -41,17 +41,13 @@ async def operator(gateway: Gateway) -> None:
     await gateway.services.plane.users.create(*OPS, Role.OPERATOR, actor="cli")
 
 
-def client_of(gateway: Gateway) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=gateway.url, timeout=30)
-
-
 @pytest.fixture
-async def gateway(tmp_path, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
+async def client(tmp_path, smollm2_tokenizer) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(1.0)) as gw:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer, **traced(1.0)) as (gw, c):
         await operator(gw)
-        yield gw
+        yield c
 
 
 async def trace_of(client: httpx.AsyncClient, trace_id: str) -> list[dict[str, Any]]:
@@ -69,19 +65,19 @@ async def test_a_request_is_one_trace_under_a_trusted_callers_parent(
     engine = ScriptedEngine(auto_release=True, token_gap_s=0.01, step_times=steps)
     workers.add("w1", {STABLE: engine})
     trusted = traced(1.0, parent_from=("127.0.0.0/8",))
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **trusted) as gateway:
+    # The in-process client calls from 127.0.0.1, a trusted peer here.
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer, **trusted) as (gateway, client):
         await operator(gateway)
-        await one_trace_under_the_callers_parent(gateway)
+        await one_trace_under_the_callers_parent(gateway, client)
 
 
-async def one_trace_under_the_callers_parent(gateway: Gateway) -> None:
+async def one_trace_under_the_callers_parent(gateway: Gateway, client: httpx.AsyncClient) -> None:
     parent = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"
-    async with client_of(gateway) as client:
-        r = await client.post("/v1/chat/completions", json=CHAT, headers={"traceparent": parent})
-        assert r.status_code == 200
-        assert r.headers[TRACE_HEADER] == PARENT_TRACE
-        spans = await trace_of(client, PARENT_TRACE)
-        listed = (await client.get("/api/admin/traces", auth=OPS)).json()
+    r = await client.post("/v1/chat/completions", json=CHAT, headers={"traceparent": parent})
+    assert r.status_code == 200
+    assert r.headers[TRACE_HEADER] == PARENT_TRACE
+    spans = await trace_of(client, PARENT_TRACE)
+    listed = (await client.get("/api/admin/traces", auth=OPS)).json()
     by_name = {s["name"]: s for s in spans}
     server = by_name[f"chat {SMOLLM2}"]
     assert server["parent_span_id"] == PARENT_SPAN and server["kind"] == "server"
@@ -122,17 +118,17 @@ async def test_an_untrusted_callers_traceparent_is_a_link_from_a_new_trace(
     trace each, linked to what they sent, and a sampled-out flag decides nothing."""
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(1.0)) as gateway:
+    served = gateway_client(tmp_path, workers, smollm2_tokenizer, **traced(1.0))
+    async with served as (gateway, client):
         await operator(gateway)
-        async with client_of(gateway) as client:
-            ids = []
-            for flags in ("01", "00"):
-                parent = {"traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-{flags}"}
-                r = await client.post("/v1/chat/completions", json=CHAT, headers=parent)
-                assert r.status_code == 200
-                ids.append(r.headers[TRACE_HEADER])
-            gone = await client.get(f"/api/admin/traces/{PARENT_TRACE}", auth=OPS)
-            traces = [await trace_of(client, trace_id) for trace_id in ids]
+        ids = []
+        for flags in ("01", "00"):
+            parent = {"traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-{flags}"}
+            r = await client.post("/v1/chat/completions", json=CHAT, headers=parent)
+            assert r.status_code == 200
+            ids.append(r.headers[TRACE_HEADER])
+        gone = await client.get(f"/api/admin/traces/{PARENT_TRACE}", auth=OPS)
+        traces = [await trace_of(client, trace_id) for trace_id in ids]
     assert PARENT_TRACE not in ids and len(set(ids)) == 2 and gone.status_code == 404
     for spans in traces:  # kept at ratio 1, whatever the caller's flag said
         [server] = [s for s in spans if s["kind"] == "server"]
@@ -165,23 +161,23 @@ async def test_a_shed_request_is_kept_when_the_sampler_would_drop_it(
 ) -> None:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(0.0)) as gateway:
+    served = gateway_client(tmp_path, workers, smollm2_tokenizer, **traced(0.0))
+    async with served as (gateway, client):
         await operator(gateway)
-        async with client_of(gateway) as client:
-            ok = await client.post("/v1/chat/completions", json=CHAT)
-            assert ok.status_code == 200
-            assert (
-                await client.get(f"/api/admin/traces/{ok.headers[TRACE_HEADER]}", auth=OPS)
-            ).status_code == 404
-            limits = {"interactive": {"max_queue": 0, "max_queue_wait_s": 1}}
-            limits["batch"] = limits["interactive"]
-            record = await gateway.services.plane.deployments.get(SMOLLM2)
-            patch = {"revision": record.revision, "limits": limits}
-            r = await client.patch(f"/api/admin/deployments/{SMOLLM2}", json=patch, auth=OPS)
-            assert r.status_code == 200, r.text
-            shed = await client.post("/v1/chat/completions", json=CHAT)
-            assert shed.status_code == 429
-            spans = await trace_of(client, shed.headers[TRACE_HEADER])
+        ok = await client.post("/v1/chat/completions", json=CHAT)
+        assert ok.status_code == 200
+        assert (
+            await client.get(f"/api/admin/traces/{ok.headers[TRACE_HEADER]}", auth=OPS)
+        ).status_code == 404
+        limits = {"interactive": {"max_queue": 0, "max_queue_wait_s": 1}}
+        limits["batch"] = limits["interactive"]
+        record = await gateway.services.plane.deployments.get(SMOLLM2)
+        patch = {"revision": record.revision, "limits": limits}
+        r = await client.patch(f"/api/admin/deployments/{SMOLLM2}", json=patch, auth=OPS)
+        assert r.status_code == 200, r.text
+        shed = await client.post("/v1/chat/completions", json=CHAT)
+        assert shed.status_code == 429
+        spans = await trace_of(client, shed.headers[TRACE_HEADER])
     server = next(s for s in spans if s["kind"] == "server")
     assert server["attributes"]["http.response.status_code"] == 429
     [admission] = [s for s in spans if s["name"] == "admission"]
@@ -191,12 +187,11 @@ async def test_a_shed_request_is_kept_when_the_sampler_would_drop_it(
 async def test_tracing_is_on_by_default_in_the_ring(tmp_path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gateway, client):
         await operator(gateway)
-        async with client_of(gateway) as client:
-            r = await client.post("/v1/chat/completions", json=CHAT)
-            assert r.status_code == 200, r.text
-            spans = await trace_of(client, r.headers[TRACE_HEADER])
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200, r.text
+        spans = await trace_of(client, r.headers[TRACE_HEADER])
     assert {s["name"] for s in spans} >= {"admission", "queue", "prefill", "decode"}
 
 
@@ -204,23 +199,21 @@ async def test_tracing_turned_off_leaves_no_header_and_says_so(tmp_path, smollm2
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True)})
     off = {"tracing": TraceSettings(buffer=0)}
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **off) as gateway:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer, **off) as (gateway, client):
         await operator(gateway)
-        async with client_of(gateway) as client:
-            r = await client.post("/v1/chat/completions", json=CHAT)
-            assert r.status_code == 200 and TRACE_HEADER not in r.headers
-            off = await client.get("/api/admin/traces", auth=OPS)
-            assert off.status_code == 404 and off.json()["error"]["code"] == "tracing_off"
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200 and TRACE_HEADER not in r.headers
+        off = await client.get("/api/admin/traces", auth=OPS)
+        assert off.status_code == 404 and off.json()["error"]["code"] == "tracing_off"
     assert workers.trace_headers == [{}]
 
 
 async def test_log_lines_carry_the_request_and_trace_ids_and_one_access_line_sums_up(
-    gateway: Gateway, caplog: pytest.LogCaptureFixture
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.handler.addFilter(ContextFilter())
     with caplog.at_level(logging.INFO):
-        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-            r = await client.post("/v1/chat/completions", json=CHAT)
+        r = await client.post("/v1/chat/completions", json=CHAT)
     request_id, trace_id = r.headers["x-request-id"], r.headers[TRACE_HEADER]
     [access] = [rec for rec in caplog.records if rec.name == "vigil.access"]
     assert access.request_id == request_id and access.trace_id == trace_id  # type: ignore[attr-defined]
@@ -231,13 +224,10 @@ async def test_log_lines_carry_the_request_and_trace_ids_and_one_access_line_sum
     assert line["output_tokens"] == 3 and line["prompt_tokens"] > 0 and line["ttft_ms"] >= 0
 
 
-async def test_latency_histograms_carry_the_trace_as_an_exemplar(gateway: Gateway) -> None:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        r = await client.post("/v1/chat/completions", json=CHAT)
-        text = (
-            await client.get("/metrics", headers={"accept": "application/openmetrics-text"})
-        ).text
-        plain = (await client.get("/metrics")).text
+async def test_latency_histograms_carry_the_trace_as_an_exemplar(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    text = (await client.get("/metrics", headers={"accept": "application/openmetrics-text"})).text
+    plain = (await client.get("/metrics")).text
     exemplar = f'# {{trace_id="{r.headers[TRACE_HEADER]}"}}'
     ttft = [line for line in text.splitlines() if line.startswith("vigil_time_to_first_token")]
     assert any(exemplar in line for line in ttft)
@@ -249,19 +239,19 @@ async def test_a_request_over_its_slo_is_kept_when_the_sampler_would_drop_it(
 ) -> None:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     workers.add("w1", {STABLE: ScriptedEngine(auto_release=True, token_gap_s=0.01)})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer, **traced(0.0)) as gateway:
+    served = gateway_client(tmp_path, workers, smollm2_tokenizer, **traced(0.0))
+    async with served as (gateway, client):
         await operator(gateway)
         slo = SLOTargets(ttft_p99_s=1e-6)  # every first token is late
         await gateway.services.plane.deployments.set_slo(SMOLLM2, slo, actor="ops")
-        async with client_of(gateway) as client:
-            r = await client.post("/v1/chat/completions", json=CHAT)
-            assert r.status_code == 200
-            spans = await trace_of(client, r.headers[TRACE_HEADER])
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200
+        spans = await trace_of(client, r.headers[TRACE_HEADER])
     assert {"queue", "prefill", "decode"} <= {s["name"] for s in spans}
 
 
 async def test_a_constrained_requests_grammar_compile_is_a_span_before_its_admission(
-    gateway: Gateway,
+    client: httpx.AsyncClient,
 ) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     asks = [
@@ -270,24 +260,23 @@ async def test_a_constrained_requests_grammar_compile_is_a_span_before_its_admis
         {**CHAT, "tools": tools, "tool_choice": "required"},
     ]
     grammar_spans = []
-    async with client_of(gateway) as client:
-        for body in asks:
-            r = await client.post("/v1/chat/completions", json=body)
-            assert r.status_code == 200, r.text
-            by_name = {s["name"]: s for s in await trace_of(client, r.headers[TRACE_HEADER])}
-            server, grammar = by_name[f"chat {SMOLLM2}"], by_name["grammar"]
-            assert grammar["parent_span_id"] == server["span_id"]
-            # Compiled after the request arrived and before admission decided on it.
-            assert server["start_ns"] <= grammar["start_ns"] <= grammar["end_ns"]
-            assert grammar["end_ns"] <= by_name["admission"]["end_ns"]
-            grammar_spans.append(grammar["attributes"])
-            if body is asks[0]:
-                a = server["attributes"]
-                assert a["gen_ai.output.type"] == "json" and a["gen_ai.request.choice.count"] == 2
-                assert a["gen_ai.request.seed"] == 4
-            if body is asks[2]:
-                a = server["attributes"]
-                assert (a["vigil.tools"], a["vigil.tool_choice"]) == (1, "required")
+    for body in asks:
+        r = await client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        by_name = {s["name"]: s for s in await trace_of(client, r.headers[TRACE_HEADER])}
+        server, grammar = by_name[f"chat {SMOLLM2}"], by_name["grammar"]
+        assert grammar["parent_span_id"] == server["span_id"]
+        # Compiled after the request arrived and before admission decided on it.
+        assert server["start_ns"] <= grammar["start_ns"] <= grammar["end_ns"]
+        assert grammar["end_ns"] <= by_name["admission"]["end_ns"]
+        grammar_spans.append(grammar["attributes"])
+        if body is asks[0]:
+            a = server["attributes"]
+            assert a["gen_ai.output.type"] == "json" and a["gen_ai.request.choice.count"] == 2
+            assert a["gen_ai.request.seed"] == 4
+        if body is asks[2]:
+            a = server["attributes"]
+            assert (a["vigil.tools"], a["vigil.tool_choice"]) == (1, "required")
     assert [(g["vigil.grammar.kind"], g["vigil.grammar.cached"]) for g in grammar_spans] == [
         ("json_object", False),
         ("json_object", True),
@@ -295,31 +284,32 @@ async def test_a_constrained_requests_grammar_compile_is_a_span_before_its_admis
     ]
 
 
-async def test_the_traces_list_filters_and_refuses_an_unknown_filter(gateway: Gateway) -> None:
-    async with client_of(gateway) as client:
-        r = await client.post("/v1/chat/completions", json=CHAT)
-        assert r.status_code == 200
-        bad = await client.post("/v1/chat/completions", json={"model": SMOLLM2})
-        assert bad.status_code == 400
+async def test_the_traces_list_filters_and_refuses_an_unknown_filter(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 200
+    bad = await client.post("/v1/chat/completions", json={"model": SMOLLM2})
+    assert bad.status_code == 400
 
-        async def listed(**params: str) -> list[dict[str, Any]]:
-            got = await client.get("/api/admin/traces", params=params, auth=OPS)
-            assert got.status_code == 200, got.text
-            rows: list[dict[str, Any]] = got.json()
-            return rows
+    async def listed(**params: str) -> list[dict[str, Any]]:
+        got = await client.get("/api/admin/traces", params=params, auth=OPS)
+        assert got.status_code == 200, got.text
+        rows: list[dict[str, Any]] = got.json()
+        return rows
 
-        [by_id] = await listed(request_id=r.headers["x-request-id"])
-        assert by_id["trace_id"] == r.headers[TRACE_HEADER] and by_id["outcome"] == "length"
-        assert by_id["deployment"] == SMOLLM2 and by_id["version"] == STABLE
-        [rejected] = await listed(outcome="rejected")
-        assert rejected["trace_id"] == bad.headers[TRACE_HEADER]
-        assert (await listed(request_id=bad.headers["x-request-id"])) == [rejected]
-        assert await listed(version="nobody@1") == []
-        assert await listed(min_duration_ms="600000") == []
-        assert len(await listed(since="2000-01-01T00:00:00Z", limit="5")) == 2
-        unknown = await client.get("/api/admin/traces?min_duration=5", auth=OPS)
-        assert unknown.status_code == 400
-        error = unknown.json()["error"]
-        assert error["param"] == "min_duration" and "min_duration_ms" in error["message"]
-        bad_outcome = await client.get("/api/admin/traces?outcome=ok", auth=OPS)
-        assert bad_outcome.status_code == 400 and "stop, length" in bad_outcome.text
+    [by_id] = await listed(request_id=r.headers["x-request-id"])
+    assert by_id["trace_id"] == r.headers[TRACE_HEADER] and by_id["outcome"] == "length"
+    assert by_id["deployment"] == SMOLLM2 and by_id["version"] == STABLE
+    [rejected] = await listed(outcome="rejected")
+    assert rejected["trace_id"] == bad.headers[TRACE_HEADER]
+    assert (await listed(request_id=bad.headers["x-request-id"])) == [rejected]
+    assert await listed(version="nobody@1") == []
+    assert await listed(min_duration_ms="600000") == []
+    assert len(await listed(since="2000-01-01T00:00:00Z", limit="5")) == 2
+    unknown = await client.get("/api/admin/traces?min_duration=5", auth=OPS)
+    assert unknown.status_code == 400
+    error = unknown.json()["error"]
+    assert error["param"] == "min_duration" and "min_duration_ms" in error["message"]
+    bad_outcome = await client.get("/api/admin/traces?outcome=ok", auth=OPS)
+    assert bad_outcome.status_code == 400 and "stop, length" in bad_outcome.text

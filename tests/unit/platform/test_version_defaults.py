@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-import httpx
 import pytest
-from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+from fakes import FakeWorkers, Gateway, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2, SMOLLM2_DEFAULTS
 from vigil.engine.request import RequestId
@@ -26,7 +25,7 @@ ASK = {"model": SMOLLM2, "messages": [{"role": "user", "content": "What is the c
 async def gateway(tmp_path, smollm2_tokenizer) -> AsyncIterator[Gateway]:  # type: ignore[no-untyped-def]
     workers = FakeWorkers()
     workers.add("w1", {KEY: ScriptedEngine(auto_release=True)})
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gw:
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gw, _):
         yield gw
 
 
@@ -41,10 +40,10 @@ async def test_a_request_that_sets_nothing_gets_the_bundled_versions_defaults(
 ) -> None:
     defaults = dict(SMOLLM2_DEFAULTS)
     assert bundled_version(SMOLLM2).param("temperature") == 0.2
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        assert (await client.post("/v1/chat/completions", json=ASK)).status_code == 200
-        own = {**ASK, "temperature": 0.9, "top_p": 0.5, "max_tokens": 1000}
-        assert (await client.post("/v1/chat/completions", json=own)).status_code == 200
+    client = gateway.client
+    assert (await client.post("/v1/chat/completions", json=ASK)).status_code == 200
+    own = {**ASK, "temperature": 0.9, "top_p": 0.5, "max_tokens": 1000}
+    assert (await client.post("/v1/chat/completions", json=own)).status_code == 200
     first, second = (r.params for r in engine(gateway).arrived)
     assert (first.temperature, first.top_p, first.max_tokens) == (
         defaults["temperature"],
@@ -60,10 +59,10 @@ async def test_a_default_cap_is_clamped_to_the_context_not_refused(
     workers = FakeWorkers()
     small = SlotLimits(max_model_len=100, kv_capacity_tokens=100, max_num_seqs=4)
     workers.add("w1", {KEY: ScriptedEngine(auto_release=True)}, small)
-    async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
-        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-            r = await client.post("/v1/chat/completions", json=ASK)
-            assert r.status_code == 200, r.text
+    async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gateway, client):
+        client = gateway.client
+        r = await client.post("/v1/chat/completions", json=ASK)
+        assert r.status_code == 200, r.text
         [request] = engine(gateway).arrived
     assert request.params.max_tokens == 100 - len(request.prompt_ids)
 

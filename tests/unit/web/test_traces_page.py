@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
-from fakes import FakeWorkers, Gateway, ScriptedEngine, running_gateway
+from fakes import FakeWorkers, Gateway, ScriptedEngine, gateway_client
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.engine.request import StepTimes
@@ -30,21 +29,21 @@ async def gateway(tmp_path_factory, smollm2_tokenizer) -> AsyncIterator[Gateway]
     engine = ScriptedEngine(num_tokens=4, auto_release=True, token_gap_s=0.02, step_times=steps)
     workers.add("w1", {STABLE: engine})
     data_dir = tmp_path_factory.mktemp("console-traces")
-    async with running_gateway(data_dir, workers, smollm2_tokenizer, models=(SMOLLM2,)) as gw:
+    async with gateway_client(data_dir, workers, smollm2_tokenizer, models=(SMOLLM2,)) as (gw, _):
         yield gw
 
 
 async def test_a_request_is_listed_and_opens_its_waterfall(gateway: Gateway) -> None:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        r = await client.post("/v1/chat/completions", json=CHAT)
-        assert r.status_code == 200
-        trace_id = r.headers["x-vigil-trace-id"]
-        page = await client.get("/console/traces")
-        assert page.status_code == 200
-        assert f'href="/console/traces/{trace_id}"' in page.text
-        assert 'href="/console/traces"' in page.text  # the navigation link
-        shown = await client.get(f"/console/traces/{trace_id}")
-        overview = (await client.get("/console/")).text
+    client = gateway.client
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 200
+    trace_id = r.headers["x-vigil-trace-id"]
+    page = await client.get("/console/traces")
+    assert page.status_code == 200
+    assert f'href="/console/traces/{trace_id}"' in page.text
+    assert 'href="/console/traces"' in page.text  # the navigation link
+    shown = await client.get(f"/console/traces/{trace_id}")
+    overview = (await client.get("/console/")).text
     # The overview's exemplars lead to the slowest kept traces of each deployment.
     exemplars = re.search(r'id="exemplars-[^"]*">(.*?)</p>', overview, re.S)
     assert exemplars and 'href="/console/traces/' in exemplars.group(1)
@@ -58,31 +57,31 @@ async def test_a_request_is_listed_and_opens_its_waterfall(gateway: Gateway) -> 
 
 
 async def test_the_list_filters_in_place_and_refuses_a_bad_filter(gateway: Gateway) -> None:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
-        rows = await client.get("/console/traces", params={"outcome": "length"}, headers=HTMX)
-        assert rows.status_code == 200 and rows.text.lstrip().startswith('<table id="trace-rows"')
-        assert 'class="trace-row"' in rows.text
-        none = await client.get("/console/traces", params={"min_duration_ms": "9e9"}, headers=HTMX)
-        assert 'class="trace-row"' not in none.text and "No kept trace matches" in none.text
-        bad = await client.get("/console/traces", params={"min_duration_ms": "slow"}, headers=HTMX)
-        assert bad.status_code == 400 and bad.headers["hx-retarget"] == "#flash"
-        assert "min_duration_ms" in bad.text and "0 or more" in bad.text
-        unknown = await client.get("/console/traces?colour=red")
-        assert unknown.status_code == 400 and "min_duration_ms" in unknown.text
+    client = gateway.client
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    rows = await client.get("/console/traces", params={"outcome": "length"}, headers=HTMX)
+    assert rows.status_code == 200 and rows.text.lstrip().startswith('<table id="trace-rows"')
+    assert 'class="trace-row"' in rows.text
+    none = await client.get("/console/traces", params={"min_duration_ms": "9e9"}, headers=HTMX)
+    assert 'class="trace-row"' not in none.text and "No kept trace matches" in none.text
+    bad = await client.get("/console/traces", params={"min_duration_ms": "slow"}, headers=HTMX)
+    assert bad.status_code == 400 and bad.headers["hx-retarget"] == "#flash"
+    assert "min_duration_ms" in bad.text and "0 or more" in bad.text
+    unknown = await client.get("/console/traces?colour=red")
+    assert unknown.status_code == 400 and "min_duration_ms" in unknown.text
 
 
 async def test_a_request_id_leads_to_its_trace(gateway: Gateway) -> None:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
-        r = await client.post("/v1/chat/completions", json=CHAT)
-        request_id, trace_id = r.headers["x-request-id"], r.headers["x-vigil-trace-id"]
-        found = await client.get("/console/traces/lookup", params={"request_id": request_id})
-        assert found.status_code == 303
-        assert found.headers["location"] == f"/console/traces/{trace_id}"
-        missing = await client.get("/console/traces/lookup", params={"request_id": "req-nope"})
-        assert missing.status_code == 404 and "req-nope" in missing.text
-        empty = await client.get("/console/traces/lookup", params={"request_id": " "})
-        assert empty.status_code == 400 and "x-request-id" in empty.text
+    client = gateway.client
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    request_id, trace_id = r.headers["x-request-id"], r.headers["x-vigil-trace-id"]
+    found = await client.get("/console/traces/lookup", params={"request_id": request_id})
+    assert found.status_code == 303
+    assert found.headers["location"] == f"/console/traces/{trace_id}"
+    missing = await client.get("/console/traces/lookup", params={"request_id": "req-nope"})
+    assert missing.status_code == 404 and "req-nope" in missing.text
+    empty = await client.get("/console/traces/lookup", params={"request_id": " "})
+    assert empty.status_code == 400 and "x-request-id" in empty.text
 
 
 def test_a_phase_is_split_into_own_shared_and_between_that_fill_its_bar() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from consoles import PASSWORD, Console
-from fakes import FakeWorkers, report_loaded, running_gateway, tiny_engine
+from fakes import FakeWorkers, gateway_client, report_loaded, tiny_engine
 
 from vigil.engine.bundled import SMOLLM2
 from vigil.platform.control.access.records import Role
@@ -105,31 +105,30 @@ async def test_a_version_registered_in_the_console_with_max_tokens_stops_there(
     workers = FakeWorkers()
     workers.add("w1", {bundled_version(SMOLLM2).key: engine, capped: engine})
     try:
-        async with running_gateway(tmp_path, workers, smollm2_tokenizer) as gateway:
+        async with gateway_client(tmp_path, workers, smollm2_tokenizer) as (gateway, client):
             plane = gateway.services.plane
             await plane.users.create("otto", PASSWORD, Role.OPERATOR, actor="test")
-            async with httpx.AsyncClient(base_url=gateway.url, timeout=120) as client:
-                console = Console(client, gateway.services)  # type: ignore[arg-type]
-                await console.sign_in("otto")
-                form = {"model": SMOLLM2, "version": "capped", "artifact": BUNDLED}
-                answer = await console.post("/console/versions", {**form, "max_tokens": "7"})
-                assert answer.status_code == 200, answer.text
-                await report_loaded(plane, SMOLLM2, "capped")
-                await plane.deployments.create(
-                    "capped", DeploymentDraft(VersionKey(SMOLLM2, "capped")), actor="test"
-                )
-                ask = {
-                    "messages": [{"role": "user", "content": "Tell me a long story."}],
-                    "ignore_eos": True,
-                    "temperature": 0,
-                }
-                r = await served(client, {**ask, "model": "capped"})
-                assert r.status_code == 200, r.text
-                assert r.headers["x-vigil-served-by"] == f"{SMOLLM2}/capped"
-                assert r.json()["usage"]["completion_tokens"] == 7
-                # A request's own cap still wins over the version's.
-                own = {**ask, "model": "capped", "max_tokens": 12}
-                r = await client.post("/v1/chat/completions", json=own)
-                assert r.json()["usage"]["completion_tokens"] == 12
+            console = Console(client, gateway.services)  # type: ignore[arg-type]
+            await console.sign_in("otto")
+            form = {"model": SMOLLM2, "version": "capped", "artifact": BUNDLED}
+            answer = await console.post("/console/versions", {**form, "max_tokens": "7"})
+            assert answer.status_code == 200, answer.text
+            await report_loaded(plane, SMOLLM2, "capped")
+            await plane.deployments.create(
+                "capped", DeploymentDraft(VersionKey(SMOLLM2, "capped")), actor="test"
+            )
+            ask = {
+                "messages": [{"role": "user", "content": "Tell me a long story."}],
+                "ignore_eos": True,
+                "temperature": 0,
+            }
+            r = await served(client, {**ask, "model": "capped"})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-vigil-served-by"] == f"{SMOLLM2}/capped"
+            assert r.json()["usage"]["completion_tokens"] == 7
+            # A request's own cap still wins over the version's.
+            own = {**ask, "model": "capped", "max_tokens": 12}
+            r = await client.post("/v1/chat/completions", json=own)
+            assert r.json()["usage"]["completion_tokens"] == 12
     finally:
         engine.stop()
