@@ -29,8 +29,8 @@ class GrammarMasks:
             self._bitmask = _bitmask(n, self.vocab_size)
         bitmask = self._bitmask[:n]
         for i, m in enumerate(matchers):
-            row = bitmask[i]
-            m.llmatcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
+            words = bitmask[i]
+            m.llmatcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * 4)
         # (n, W) int32 words -> (n, 32 W) bits, token 32 w + j at bit j of word w: the
         # words' bytes are little-endian on every CPU torch supports, so bit order
         # 'little' over the bytes lists tokens in order. numpy's unpackbits does it in

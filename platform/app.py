@@ -77,12 +77,11 @@ def _dependencies(services: Services) -> dict[str, Provide]:
 
 def create_app(services: Services, local_workers: LocalWorkers | None = None) -> Litestar:
     """The gateway: API, console and the workers' meeting point. `local_workers`, when
-    given, are started with it and stopped with it."""
+    given, are started with it and stopped with it. The start-up declarations
+    (`ControlPlane.declare`) are made before it starts, by whoever starts it."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        settings = services.settings
-        await services.plane.declare(list(settings.models), settings.config_path)
         await services.serving.reload()
         await services.loops.start()
         if local_workers is not None:

@@ -471,6 +471,7 @@ async def _gateway_services(
             lambda v: minilm_tokenizer() if v.kind is ModelKind.EMBED else tokenizer
         ),
     )
+    await services.plane.declare(list(serve.models), serve.config_path)
     workers.attach(services.workers)
     beating = asyncio.create_task(_beat(workers, services))
     try:

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from vigil.platform.app import create_app
     from vigil.platform.control.migrate import migrate
     from vigil.platform.control.versions.local import model_args
+    from vigil.platform.errors import VigilError
     from vigil.platform.lifecycle import DrainingServer
     from vigil.platform.services import build_services
     from vigil.platform.telemetry.context import configure_logging
@@ -66,18 +67,6 @@ def run(args: argparse.Namespace) -> int:
         local = LocalWorkers(settings.workers, workers)
     services = build_services(settings, token)
     app = create_app(services, local)
-    if settings.auth == "open":
-        log.warning(
-            "auth is open: /v1 takes requests without an API key. That is allowed on a "
-            "loopback host only (%s); anyone on this machine can call it. Use --auth keys and "
-            "`vigil keys create` to require keys.",
-            settings.host,
-        )
-    else:
-        log.info("auth: every /v1 request needs an API key (vigil keys create)")
-    log.info(
-        "console: %s/console/", public_base_url(settings.external_url, settings.host, settings.port)
-    )
     edge = settings.edge
     config = uvicorn.Config(
         app,
@@ -104,5 +93,33 @@ def run(args: argparse.Namespace) -> int:
     async def drain() -> None:
         await asyncio.sleep(settings.drain_delay_s)
 
-    DrainingServer(config, begin, drain).run()
-    return 0
+    server = DrainingServer(config, begin, drain)
+
+    async def main() -> int:
+        # The start-up declarations (bundled models, models given by path, the
+        # deployments file) before the server listens: a mistake in them is one line
+        # that says what to fix, and nothing is served.
+        try:
+            await services.plane.declare(list(settings.models), settings.config_path)
+        except (ValueError, OSError, VigilError) as exc:
+            print(f"vigil serve: {exc}", file=sys.stderr)
+            await services.db.dispose()
+            return 2
+        if settings.auth == "open":
+            log.warning(
+                "auth is open: /v1 takes requests without an API key. That is allowed on a "
+                "loopback host only (%s); anyone on this machine can call it. Use --auth keys and "
+                "`vigil keys create` to require keys.",
+                settings.host,
+            )
+        else:
+            log.info("auth: every /v1 request needs an API key (vigil keys create)")
+        log.info(
+            "console: %s/console/",
+            public_base_url(settings.external_url, settings.host, settings.port),
+        )
+        await server.serve()
+        return 0
+
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        return runner.run(main())

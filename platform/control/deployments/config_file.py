@@ -43,7 +43,9 @@ from vigil.platform.control.specs import (
     default_limits,
     version_params,
 )
+from vigil.platform.control.versions.checks import check_params
 from vigil.platform.control.versions.local import local_version, model_args
+from vigil.platform.errors import InvalidRequest
 
 E = TypeVar("E", bound=Enum)
 
@@ -129,6 +131,10 @@ def _model(entry: dict[str, Any], path: Path, where: str) -> VersionRef:
 
 def _version(entry: dict[str, Any], where: str) -> VersionRef:
     try:
+        params = check_params(dict(entry.get("params", {})))
+    except InvalidRequest as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    try:
         return VersionRef(
             model=str(entry["model"]),
             version=str(entry["version"]),
@@ -136,7 +142,7 @@ def _version(entry: dict[str, Any], where: str) -> VersionRef:
             format=_choice(ModelFormat, entry.get("format", "gguf"), "format", where),
             artifact=str(entry["artifact"]),
             checksum=entry.get("checksum"),
-            params=version_params(dict(entry.get("params", {}))),
+            params=version_params(params),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc!r}") from exc

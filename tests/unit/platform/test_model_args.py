@@ -92,6 +92,35 @@ def test_vigil_serve_exits_2_naming_an_unsupported_file_before_anything_starts(
     assert not (data / "vigil.db").exists()  # nothing was started, not even the database
 
 
+@pytest.mark.parametrize(
+    ("toml", "says"),
+    [
+        ('[[models]]\nname = "x"\n', "expected one or more [[deployments]] tables"),
+        (
+            f'[[deployments]]\nname = "chat"\nmodel = "{SMOLLM2}"\n'
+            f'[[versions]]\nmodel = "{SMOLLM2}"\nversion = "hot"\n'
+            f'artifact = "bundled:{SMOLLM2}"\nformat = "gguf"\nparams = {{ temperature = 7 }}\n',
+            "params.temperature = 7 is not allowed",
+        ),
+        (
+            '[[deployments]]\nname = "chat"\nmodel = "nobody"\n',
+            "deployments[0]: unknown model 'nobody'",
+        ),
+    ],
+)
+@pytest.mark.timeout(120)
+def test_vigil_serve_exits_2_naming_a_mistake_in_its_deployments_file_before_it_listens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str, says: str
+) -> None:
+    config = tmp_path / "vigil.toml"
+    config.write_text(toml)
+    args = ["serve", "--data-dir", str(tmp_path / "data"), "--config", str(config)]
+    assert main([*args, "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"vigil serve: {config}" in err and says in err
+    assert "Traceback" not in err
+
+
 def test_a_path_is_a_version_named_for_its_bytes(tmp_path: Path) -> None:
     chat = folder(tmp_path / "chat", LLAMA)
     ref = local("chat", chat)

@@ -59,6 +59,7 @@ def make_console(
         serve = ServeSettings(data_dir=tmp_path, **{"auth": "open", **settings})
         tokenizers = TokenizerCache(lambda _: smollm2_tokenizer)  # read once a session
         services = build_services(serve, "worker-token", tokenizers=tokenizers)
+        await services.plane.declare(list(serve.models), serve.config_path)
         async with AsyncTestClient(create_app(services)) as client:
             client.follow_redirects = False
             yield Console(client, services)
