@@ -25,7 +25,7 @@ from vigil.platform.control.access.users import UserService
 from vigil.platform.control.alerts.service import AlertService
 from vigil.platform.control.audit.service import AuditService
 from vigil.platform.control.db import OnChange
-from vigil.platform.control.deployments.config_file import load_deployments
+from vigil.platform.control.deployments.config_file import load_declarations
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey, draft_of
 from vigil.platform.control.deployments.repository import DeploymentRepository
 from vigil.platform.control.deployments.service import (
@@ -109,10 +109,10 @@ class ControlPlane:
             )
         if config_path is not None:
             bundled = {a.name for a in args if a.path is None}
-            specs = await asyncio.to_thread(
-                load_deployments, config_path, bundled, self.default_limits, local
+            specs, versions = await asyncio.to_thread(
+                load_declarations, config_path, bundled, self.default_limits, local
             )
-            await self.apply_config(specs)
+            await self.apply_config(specs, versions)
 
     async def seed_bundled(self, models: list[str]) -> None:
         """Register each bundled model and its version (once), and deploy them (_seed)."""
@@ -125,11 +125,14 @@ class ControlPlane:
         if changed:
             await self._changed()
 
-    async def apply_config(self, deployments: list[DeploymentSpec]) -> None:
+    async def apply_config(
+        self, deployments: list[DeploymentSpec], versions: Sequence[VersionRef] = ()
+    ) -> None:
         """Make the versions and deployments of a deployments file so (actor 'config'),
-        in one transaction. The file wins for the deployments it names: an admin change
-        to one of them lasts until the next start with the file. Others are left alone."""
-        refs = _declared_versions(deployments)
+        in one transaction; `versions`: more it declares, which no deployment serves
+        yet. The file wins for the deployments it names: an admin change to one of them
+        lasts until the next start with the file. Others are left alone."""
+        refs = _declared_versions(deployments, versions)
         checksums = await self._checksums_of_unregistered(refs)
         async with self._sessions.begin() as session:
             changed = False
@@ -186,15 +189,16 @@ class ControlPlane:
                 log.exception("a control-plane listener failed")
 
 
-def _declared_versions(deployments: list[DeploymentSpec]) -> list[VersionRef]:
+def _declared_versions(
+    deployments: list[DeploymentSpec], versions: Sequence[VersionRef]
+) -> list[VersionRef]:
     refs: dict[str, VersionRef] = {}
-    for spec in deployments:
-        for ref in spec.versions:
-            check_params(dict(ref.params))
-            if refs.setdefault(ref.key, ref) != ref:
-                raise Conflict(
-                    f"{ref.key} is declared twice, differently", param="version", code="invalid"
-                )
+    for ref in [*(ref for spec in deployments for ref in spec.versions), *versions]:
+        check_params(dict(ref.params))
+        if refs.setdefault(ref.key, ref) != ref:
+            raise Conflict(
+                f"{ref.key} is declared twice, differently", param="version", code="invalid"
+            )
     return list(refs.values())
 
 

@@ -60,10 +60,22 @@ def load_deployments(
     limits: Mapping[Priority, ClassLimits] | None = None,
     local: Sequence[VersionRef] = (),
 ) -> list[DeploymentSpec]:
-    """`limits`: what a deployment's classes get for what its entry leaves out (none:
-    `default_limits()`). `local`: the versions of the models `vigil serve` was given by
-    path, which the file may name too. A `[[models]]` entry's artifact is read whole
-    (its checksum names its version): call it off the event loop."""
+    """The file's deployments (`load_declarations`)."""
+    return load_declarations(path, bundled_models, limits, local)[0]
+
+
+def load_declarations(
+    path: Path,
+    bundled_models: set[str],
+    limits: Mapping[Priority, ClassLimits] | None = None,
+    local: Sequence[VersionRef] = (),
+) -> tuple[list[DeploymentSpec], list[VersionRef]]:
+    """The file's deployments, and the versions its [[models]] and [[versions]] declare
+    (registered whether or not a deployment serves them yet). `limits`: what a
+    deployment's classes get for what its entry leaves out (none: `default_limits()`).
+    `local`: the versions of the models `vigil serve` was given by path, which the file
+    may name too. A `[[models]]` entry's artifact is read whole (its checksum names its
+    version): call it off the event loop."""
     limits = default_limits() if limits is None else limits
     try:
         raw = tomllib.loads(path.read_text())
@@ -73,11 +85,8 @@ def load_deployments(
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: expected one or more [[deployments]] tables")
     models = raw.get("models", [])
-    declared = [
-        *map(bundled_version, sorted(bundled_models)),
-        *local,
-        *(_model(entry, path, f"{path}: models[{i}]") for i, entry in enumerate(models)),
-    ]
+    own = [_model(entry, path, f"{path}: models[{i}]") for i, entry in enumerate(models)]
+    declared = [*map(bundled_version, sorted(bundled_models)), *local, *own]
     known = {v.model for v in declared}
     if len(known) < len(declared):
         model = next(m for m in known if sum(v.model == m for v in declared) > 1)
@@ -94,12 +103,13 @@ def load_deployments(
                 f"{', '.join(sorted(known)) or 'none'}; declare one with [[models]])"
             )
         versions[(v.model, v.version)] = v
+        own.append(v)
     specs = [
         _spec(entry, versions, limits, f"{path}: deployments[{i}]")
         for i, entry in enumerate(entries)
     ]
     _check_references(specs, path)
-    return specs
+    return specs, own
 
 
 def _check_references(specs: list[DeploymentSpec], path: Path) -> None:

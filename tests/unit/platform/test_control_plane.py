@@ -24,7 +24,7 @@ from vigil.engine.request import Priority
 from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments import service as deployments_module
-from vigil.platform.control.deployments.config_file import load_deployments
+from vigil.platform.control.deployments.config_file import load_declarations, load_deployments
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
@@ -774,6 +774,33 @@ async def test_apply_config_upserts_versions_and_deployments(
     assert (lite.spec.max_tokens, lite.revision) == (64, 2)
     (entry, *_) = await plane.audit.list("deployment", "chat-lite")
     assert (entry.actor, entry.action) == ("config", "deployment.update")
+
+
+async def test_a_version_the_file_declares_is_registered_before_a_deployment_serves_it(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    """An operator declares the next version in the file, then shifts a canary to it."""
+    path = tmp_path / "vigil.toml"
+    path.write_text(f"""
+[[versions]]
+model = "{SMOLLM2}"
+version = "next"
+artifact = "bundled:{SMOLLM2}"
+params = {{ temperature = 0.7 }}
+
+[[deployments]]
+name = "chat"
+model = "{SMOLLM2}"
+""")
+    specs, versions = load_declarations(path, {SMOLLM2})
+    assert [v.key for v in versions] == [f"{SMOLLM2}@next"]
+    await plane.apply_config(specs, versions)
+    record = await plane.versions.get_version(SMOLLM2, "next")
+    assert dict(record.ref.params) == {"temperature": 0.7}
+    [entry] = await plane.audit.list("version", f"{SMOLLM2}@next")
+    assert entry.actor == "config"
+    chat = await plane.deployments.get("chat")
+    assert chat.spec.stable.key == bundled_version(SMOLLM2).key and chat.spec.canary is None
 
 
 async def test_apply_config_refuses_to_redefine_a_registered_version(
