@@ -54,16 +54,6 @@ class ConfigError(ValueError):
     """The deployments file says something Vigil cannot use; the message says where."""
 
 
-def load_deployments(
-    path: Path,
-    bundled_models: set[str],
-    limits: Mapping[Priority, ClassLimits] | None = None,
-    local: Sequence[VersionRef] = (),
-) -> list[DeploymentSpec]:
-    """The file's deployments (`load_declarations`)."""
-    return load_declarations(path, bundled_models, limits, local)[0]
-
-
 def load_declarations(
     path: Path,
     bundled_models: set[str],

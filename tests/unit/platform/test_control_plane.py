@@ -24,7 +24,7 @@ from vigil.engine.request import Priority
 from vigil.platform.control.access.records import Role
 from vigil.platform.control.db import create_engine, session_factory
 from vigil.platform.control.deployments import service as deployments_module
-from vigil.platform.control.deployments.config_file import load_declarations, load_deployments
+from vigil.platform.control.deployments.config_file import load_declarations
 from vigil.platform.control.deployments.records import DeploymentDraft, VersionKey
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
@@ -751,7 +751,7 @@ async def test_apply_config_upserts_versions_and_deployments(
 ) -> None:
     path = tmp_path / "vigil.toml"
     path.write_text(CONFIG)
-    specs = load_deployments(path, {SMOLLM2})
+    specs, _ = load_declarations(path, {SMOLLM2})
     await plane.apply_config(specs)
 
     view = {s.name: s for s in await plane.serving_view()}
@@ -769,7 +769,7 @@ async def test_apply_config_upserts_versions_and_deployments(
     assert (await plane.deployments.get("chat")).revision == 1
 
     path.write_text(CONFIG.replace("max_tokens = 128", "max_tokens = 64"))
-    await plane.apply_config(load_deployments(path, {SMOLLM2}))
+    await plane.apply_config(*load_declarations(path, {SMOLLM2}))
     lite = await plane.deployments.get("chat-lite")
     assert (lite.spec.max_tokens, lite.revision) == (64, 2)
     (entry, *_) = await plane.audit.list("deployment", "chat-lite")
@@ -812,7 +812,7 @@ async def test_apply_config_refuses_to_redefine_a_registered_version(
     path = tmp_path / "vigil.toml"
     path.write_text(CONFIG)
     with pytest.raises(Conflict, match="declare a new version name"):
-        await plane.apply_config(load_deployments(path, {SMOLLM2}))
+        await plane.apply_config(*load_declarations(path, {SMOLLM2}))
     assert [s.name for s in await plane.serving_view()] == [MINILM, SMOLLM2]
 
 

