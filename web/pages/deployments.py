@@ -1,8 +1,9 @@
 """Deployments: stable and canary versions, the canary's share of traffic, promote and
 roll back (each with an in-page review step that says what will change: versions,
-revisions and both versions' SLIs side by side; no browser dialog), and canary vs stable
-SLIs side by side. Every write sends the revision the page was drawn from; a stale one
-is answered 409 with who changed the deployment since, and how, and the card redrawn."""
+revisions and both versions' SLIs side by side; no browser dialog), canary vs stable
+SLIs side by side, and the earlier stable versions a roll back walks back through. Every
+write sends the revision the page was drawn from; a stale one is answered 409 with who
+changed the deployment since, and how, and the card redrawn."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from vigil.web.deps import Plane, SLOs
 from vigil.web.forms import form_of, text, whole
 from vigil.web.render import render
 
+HISTORY_SHOWN = 5  # earlier stable versions on a card (GET .../history has up to 1000)
+
 
 async def _card_context(
     plane: ControlPlane, slos: SLOTracker, record: DeploymentRecord
@@ -40,6 +43,8 @@ async def _card_context(
         "spec": spec,
         "choices": versions,
         "slis": _slis_side_by_side(slos, record),
+        # what a roll back without a canary walks back through, newest first
+        "history": await plane.deployments.stable_history(record.name, HISTORY_SHOWN),
     }
 
 

@@ -122,6 +122,15 @@ async def test_promote_and_roll_back(console: Console) -> None:
     (entry,) = await plane.audit.list("deployment", DEPLOYMENT, limit=1)
     assert (entry.actor, entry.action) == ("otto", "deployment.rollback")
 
+    # The card lists the stable versions replaced, newest first, and which came back.
+    card = html.unescape((await console.get(f"{BASE}")).text)
+    rows = re.findall(r"<tr><td>([^<]+)</td><td>(\d+)</td>\s*<td>[^<]*by (\w+) \(([\w.]+)\)", card)
+    assert rows == [
+        (f"{SMOLLM2}@v2", "5", "otto", "deployment.rollback"),
+        (BUNDLED_KEY, "2", "otto", "deployment.promote"),
+    ]
+    assert card.count("restored at") == 1 and "stable-history-none" not in card
+
     nothing = await console.get(f"{BASE}/rollback/review")
     assert nothing.status_code == 200 and "confirm-rollback" not in nothing.text
     assert "no earlier stable version" in nothing.text
